@@ -1,0 +1,102 @@
+// Package link defines how an HCA port moves frames: the Endpoint interface
+// every backend implements (in-memory pair, UDP socket, AF_PACKET, TUN/TAP,
+// the pcap tap that wraps another link), the frame formats, and the optional
+// capability interfaces callers discover by type assertion.
+//
+// The shape follows wireguard-go's conn.Bind and tun.Device: batches of
+// caller-owned buffers with an offset of headroom, a batch size fixed for the
+// life of the endpoint, and no allocation per frame.
+//
+// This package imports the standard library and goroce's wire package only.
+package link
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+)
+
+// Format is what one frame on a link is.
+type Format uint8
+
+// Frame formats.
+const (
+	// FormatEthernet frames start with an Ethernet header (optionally
+	// 802.1Q-tagged) and carry RoCEv2 (IPv4/IPv6 + UDP 4791) or RoCEv1
+	// (ethertype 0x8915 + GRH). AF_PACKET and TAP links.
+	FormatEthernet Format = iota + 1
+	// FormatIP frames start with an IPv4 or IPv6 header and carry RoCEv2.
+	// TUN links and the UDP socket link.
+	FormatIP
+	// FormatIB frames are native InfiniBand: LRH [GRH] BTH ... ICRC VCRC.
+	FormatIB
+)
+
+func (f Format) String() string {
+	switch f {
+	case FormatEthernet:
+		return "ethernet"
+	case FormatIP:
+		return "ip"
+	case FormatIB:
+		return "ib"
+	}
+	return "unknown"
+}
+
+// Endpoint is one side of a link.
+//
+// Concurrency: one goroutine may Read while another Writes; Read and Write
+// are each single-caller. Close may be called from any goroutine, at any
+// time, more than once.
+type Endpoint interface {
+	// Read receives up to len(bufs) frames. Frame i is written to
+	// bufs[i][offset:] and its length stored in sizes[i]; n is the number of
+	// frames received. Read blocks until at least one frame arrives or the
+	// endpoint is closed, in which case it returns net.ErrClosed. A frame
+	// larger than the buffer is dropped and counted by the backend, never
+	// truncated. Read does not retain bufs after it returns.
+	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
+
+	// Write sends bufs[i][offset:] for every i as one frame each, in order.
+	// It returns the number of frames handed to the link; a short count comes
+	// with an error. Write does not retain bufs after it returns.
+	Write(bufs [][]byte, offset int) (n int, err error)
+
+	// BatchSize is the largest number of frames one Read or Write handles.
+	// It is fixed for the life of the endpoint.
+	BatchSize() int
+
+	// MTU is the link MTU in bytes: the largest IP packet (FormatEthernet,
+	// FormatIP) or the largest IB packet from LRH through VCRC (FormatIB).
+	MTU() int
+
+	// Format says what a frame is.
+	Format() Format
+
+	// Headroom is how many bytes before offset a writer must leave free for
+	// the backend's own use (for example a virtio-net header). Most
+	// backends return 0.
+	Headroom() int
+
+	// Addrs returns the local IP addresses of the link, from which the HCA
+	// builds its GID table. HardwareAddr returns the MAC for Ethernet links
+	// and nil otherwise.
+	Addrs() []netip.Addr
+	HardwareAddr() net.HardwareAddr
+
+	// Close releases the endpoint and unblocks a pending Read.
+	Close() error
+}
+
+// IdealBatchSize is the batch size backends aim for (wireguard-go uses 128).
+const IdealBatchSize = 64
+
+// ErrNotSupported is returned (wrapped) when a capability is absent.
+var ErrNotSupported = errors.New("link: not supported")
+
+// ErrClosed is what Read and Write return after Close.
+var ErrClosed = net.ErrClosed
+
+// ErrFrameTooLarge is returned by Write for a frame over the link MTU.
+var ErrFrameTooLarge = errors.New("link: frame larger than the link MTU")
