@@ -100,3 +100,14 @@ var ErrClosed = net.ErrClosed
 
 // ErrFrameTooLarge is returned by Write for a frame over the link MTU.
 var ErrFrameTooLarge = errors.New("link: frame larger than the link MTU")
+
+// SourcePorter is implemented by links that send through a kernel UDP socket
+// bound to a fixed port (hca/link/udp): the kernel writes that UDP source
+// port into every packet, and the ICRC covers the source port, so the HCA
+// must build its headers with SourcePort instead of the per-QP
+// rdma_get_udp_sport value. Such links also let the kernel write the IPv4
+// identification: an unconnected socket with IP_PMTUDISC_DO sends IP ID 0
+// (wire-spec §14), so frames must be built with IP ID 0 and DF set.
+type SourcePorter interface {
+	SourcePort() uint16
+}
