@@ -282,8 +282,12 @@ type Memory interface {
 // receive queue or a shared receive queue. Implementations are safe for
 // concurrent use (an SRQ serves QPs driven by different goroutines).
 type RecvQueue interface {
-	// Pop removes and returns the oldest receive WQE.
-	Pop() (RecvWR, bool)
+	// Pop removes the oldest receive WQE and returns it. Its SGEs are
+	// copied into sgl (the caller's storage, at least the queue's max SGE
+	// long) under the queue's lock, and the returned RecvWR.SGL aliases
+	// sgl: the queue's own slot may be reused by a concurrent post as soon
+	// as Pop returns, so an engine must never keep a slice the queue owns.
+	Pop(sgl []SGE) (RecvWR, bool)
 }
 
 // CompletionQueue receives completions. Implementations are safe for
