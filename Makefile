@@ -1,0 +1,41 @@
+# goroce — see README.md. `make help` lists the targets.
+GO      ?= go
+PKGS    ?= ./...
+FUZZTIME ?= 10s
+
+.PHONY: help build demo test race vet fmt-check unit fuzz-smoke fuzz bench bench-smoke ci
+
+help: ## list targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+build: ## build the goroce binary into ./goroce
+	$(GO) build -o goroce ./cmd/goroce
+
+demo: build ## two soft HCAs on 127.0.0.1 and 127.0.0.2 doing real RDMA, capture in goroce-demo.pcap
+	./goroce demo --pcap goroce-demo.pcap
+
+fmt-check: ## fail if gofmt would change anything
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+unit: ## go test (with -race), including fuzz seed corpora and root-only tests when root
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+fuzz-smoke: ## run every fuzz target for a short time
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	  done; done
+
+bench: ## all Go benchmarks with allocation counts
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+bench-smoke: ## every benchmark once (CI smoke)
+	$(GO) test -run='^$$' -bench=. -benchtime=1x $(PKGS)
+
+test: fmt-check vet unit bench-smoke ## what CI runs: gofmt, vet, race tests, benchmark smoke
+
+ci: test ## alias for test
