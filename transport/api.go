@@ -353,6 +353,8 @@ var (
 	ErrBadWR          = errors.New("transport: invalid work request")
 	ErrTooManySGE     = errors.New("transport: too many SGEs")
 	ErrInlineTooLarge = errors.New("transport: inline data larger than max_inline_data")
+	ErrBadConfig      = errors.New("transport: invalid QP configuration")
+	ErrBadAttr        = errors.New("transport: invalid QP attribute")
 )
 
 // RxInfo describes where a received packet came from. The caller fills it
@@ -388,6 +390,9 @@ type Config struct {
 	RecvCQ CompletionQueue
 	// RQ is the QP's receive queue or the SRQ it is attached to.
 	RQ RecvQueue
+	// SRQ reports that RQ is a shared receive queue: moving the QP to ERR
+	// then leaves its WQEs alone (other QPs still consume them).
+	SRQ bool
 }
 
 // Stats are per-QP counters in the spirit of rxe's RXE_CNT_*. The engine
@@ -403,4 +408,16 @@ type Stats struct {
 	RetryTimeouts            uint64
 	RxDropped                uint64 // malformed or not acceptable in the current state
 	CompletionErrors         uint64
+	// NAKsSent counts NAKs other than PSN sequence and RNR (invalid
+	// request, remote access, remote operational).
+	NAKsSent uint64
+	// RxQKeyMismatch counts UD packets dropped for a wrong Q_Key.
+	RxQKeyMismatch uint64
+	// RxNoRecvWQE counts UC/UD messages dropped for want of a receive WQE.
+	RxNoRecvWQE uint64
+	// ImpliedNAKs counts retries started by a response beyond a READ or
+	// ATOMIC WQE (rxe_comp.c check_psn).
+	ImpliedNAKs uint64
+	// RxDuplicateResponses counts stale or duplicate responses ignored.
+	RxDuplicateResponses uint64
 }

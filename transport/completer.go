@@ -1,0 +1,221 @@
+package transport
+
+import (
+	"encoding/binary"
+
+	"github.com/goroce/goroce/bth"
+)
+
+// completerRx processes a response (ACK, NAK, RNR NAK, READ response,
+// ATOMIC ACK). Mirrors rxe_comp.c rxe_completer: check_psn (implicit ACK
+// of earlier SEND/WRITE WQEs, implied NAK for READ/ATOMIC), check_ack, then
+// read/atomic data placement and completion, strictly in WQE order.
+func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []byte) {
+	if q.cfg.Type != RC {
+		q.stats.RxDropped++
+		return
+	}
+	psn := h.PSN()
+	op := h.Opcode()
+	var syn bth.Syndrome
+	if oi.AETH != 0 {
+		syn = bth.AETH(pkt[oi.AETH:]).Syndrome()
+		if syn.Reserved() || syn.Type() == bth.AckTypeReserved {
+			q.stats.RxDropped++
+			return
+		}
+	}
+	// A response must answer something we sent: PSN before nextPSN and at
+	// most 2^23 behind it.
+	if psn.Compare(q.nextPSN) >= 0 || q.sqHead >= q.hiIdx {
+		q.stats.RxDuplicateResponses++
+		return
+	}
+	progress := false
+	for q.sqHead != q.sqTail && q.sqHead < q.hiIdx {
+		w := q.slot(q.sqHead)
+		if psn.Compare(w.lastPSN) <= 0 || w.errStatus != 0 {
+			break
+		}
+		if w.readOrAtomic() {
+			// The responder answered something after this READ/ATOMIC,
+			// so its response was lost: implied NAK, retry.
+			if progress {
+				q.ackProgress(now)
+			}
+			q.stats.ImpliedNAKs++
+			q.nakRetry()
+			return
+		}
+		// SEND/WRITE: implicitly acknowledged.
+		q.compPSN = w.lastPSN.Add(1)
+		q.completeHead(StatusSuccess)
+		progress = true
+		if q.state != StateRTS && q.state != StateSQD {
+			return
+		}
+	}
+	if q.sqHead == q.sqTail || q.sqHead >= q.hiIdx || psn.Less(q.compPSN) {
+		if progress {
+			q.ackProgress(now)
+		} else {
+			q.stats.RxDuplicateResponses++
+		}
+		return
+	}
+	w := q.slot(q.sqHead)
+	switch {
+	case op == bth.OpRCAcknowledge:
+		switch syn.Type() {
+		case bth.AckTypeACK:
+			if w.readOrAtomic() {
+				// An ACK inside a READ/ATOMIC's PSN range answers an
+				// earlier duplicate, not this request.
+				q.stats.RxDuplicateResponses++
+				break
+			}
+			q.compPSN = psn.Add(1)
+			progress = true
+			if psn == w.lastPSN {
+				q.completeHead(StatusSuccess)
+			}
+		case bth.AckTypeRNRNAK:
+			q.stats.RNRNAKsReceived++
+			if q.compPSN.Less(psn) {
+				q.compPSN = psn
+				q.syncReq()
+			}
+			if q.rnrLeft == 0 {
+				q.completeHead(StatusRNRRetryExcErr)
+				return
+			}
+			if q.rnrRetry != 7 { // 7 = retry forever
+				q.rnrLeft--
+			}
+			// Wait the time the responder asked for, then go back to the
+			// NAKed PSN (Tick).
+			q.rnrWait = true
+			q.rnrAt = now + Time(syn.RNRTimer().Duration())
+			q.timerArmed = false
+			return
+		case bth.AckTypeNAK:
+			switch syn.NAKCode() {
+			case bth.NAKPSNSequenceError:
+				// Everything before the NAK PSN is implicitly acked; retry
+				// from it (counts against retry_cnt).
+				q.stats.SeqNAKsReceived++
+				if q.compPSN.Less(psn) {
+					q.compPSN = psn
+					q.retryPending = false
+					q.syncReq()
+				}
+				q.nakRetry()
+			case bth.NAKInvalidRequest:
+				q.completeHead(StatusRemInvReqErr)
+			case bth.NAKRemoteAccessError:
+				q.completeHead(StatusRemAccessErr)
+			default:
+				q.completeHead(StatusRemOpErr)
+			}
+			return
+		}
+	case oi.Has(bth.FlagRead):
+		if w.op != WRRDMARead || psn != q.compPSN || (oi.AETH != 0 && !syn.IsACK()) {
+			q.stats.RxDuplicateResponses++
+			break
+		}
+		off := uint64(psn.Sub(w.firstPSN)) * uint64(q.pmtu)
+		if off > uint64(w.length) {
+			q.stats.RxDropped++
+			break
+		}
+		rem := uint64(w.length) - off
+		n := uint64(len(payload))
+		var ok bool
+		if oi.Has(bth.FlagLast) {
+			ok = n == rem && n <= uint64(q.pmtu)
+		} else {
+			ok = n == uint64(q.pmtu) && rem > n
+		}
+		if !ok {
+			q.stats.RxDropped++
+			break
+		}
+		if !q.scatter(w.sgl, off, payload) {
+			q.completeHead(StatusLocProtErr)
+			return
+		}
+		q.compPSN = psn.Add(1)
+		progress = true
+		if oi.Has(bth.FlagLast) {
+			q.completeHead(StatusSuccess)
+		}
+	case op == bth.OpRCAtomicAcknowledge:
+		if !w.atomic() || psn != w.firstPSN || !syn.IsACK() {
+			q.stats.RxDuplicateResponses++
+			break
+		}
+		var v [8]byte
+		binary.NativeEndian.PutUint64(v[:], bth.AtomicAckETH(pkt[oi.AtomicAckETH:]).OrigData())
+		if !q.scatter(w.sgl, 0, v[:]) {
+			q.completeHead(StatusLocProtErr)
+			return
+		}
+		q.compPSN = psn.Add(1)
+		progress = true
+		q.completeHead(StatusSuccess)
+	default:
+		q.stats.RxDropped++
+	}
+	if progress {
+		q.ackProgress(now)
+	}
+}
+
+// ackProgress runs after a response acknowledged something: retry counters
+// are reset (rxe_comp.c reset_retry_counters), the local ACK timer restarts
+// while anything is outstanding, and a requester that is re-sending packets
+// the peer has already acknowledged skips ahead.
+func (q *QP) ackProgress(now Time) {
+	if q.state != StateRTS && q.state != StateSQD {
+		return
+	}
+	q.retryLeft, q.rnrLeft = q.retryCnt, q.rnrRetry
+	q.retryPending = false
+	q.syncReq()
+	if q.compPSN != q.reqPSN && q.timeout > 0 {
+		q.timerArmed = true
+		q.timerAt = now + q.timeout
+	} else {
+		q.timerArmed = false
+	}
+	q.completeHeadLocalErr()
+}
+
+// syncReq moves the requester forward when go-back-N left it behind the
+// oldest unacknowledged PSN.
+func (q *QP) syncReq() {
+	if !q.reqPSN.Less(q.compPSN) {
+		return
+	}
+	q.position()
+}
+
+// nakRetry starts a go-back-N retry after a PSN sequence NAK or an implied
+// NAK, counting it against retry_cnt. Further NAKs are ignored until the
+// responder acknowledges progress or the timer fires (rxe_comp.c
+// comp.started_retry), so one loss does not cause a retry storm.
+func (q *QP) nakRetry() {
+	if q.retryPending {
+		return
+	}
+	if q.retryLeft == 0 {
+		q.completeHead(StatusRetryExcErr)
+		return
+	}
+	if q.retryCnt != 7 {
+		q.retryLeft--
+	}
+	q.retryPending = true
+	q.goBack()
+}

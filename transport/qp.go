@@ -1,0 +1,595 @@
+package transport
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/goroce/goroce/bth"
+)
+
+// Engine limits (rxe_param.h).
+const (
+	// MaxUnackedPSNs is how far the requester may run ahead of the oldest
+	// unacknowledged PSN (RXE_MAX_UNACKED_PSNS).
+	MaxUnackedPSNs = 128
+	// MaxPktPerAck is the number of packets of one long message after
+	// which the requester asks for an ACK (RXE_MAX_PKT_PER_ACK).
+	MaxPktPerAck = 64
+	// MaxMessageSize is the largest message (2^31 bytes, rxe_param.h
+	// RXE_MAX_MSG_SIZE on current kernels).
+	MaxMessageSize = 1 << 31
+	// MaxRdAtomic caps max_rd_atomic and max_dest_rd_atomic (rxe_qp.c
+	// rxe_qp_chk_attr: RXE_MAX_QP_RD_ATOM).
+	MaxRdAtomic = 128
+	// GRHLen is the room a UD receive buffer keeps for the network header.
+	GRHLen = 40
+)
+
+// sendWQE is one send work request as the engine keeps it. Its SGL and
+// inline storage belong to the ring slot and are reused, so posting does not
+// allocate once every slot has been used once.
+type sendWQE struct {
+	id         uint64
+	op         WROpcode
+	flags      SendFlags
+	imm        uint32
+	invRKey    bth.RKey
+	remoteAddr uint64
+	rkey       bth.RKey
+	compareAdd uint64
+	swap       uint64
+	ah         uint32
+	remoteQPN  bth.QPN
+	remoteQKey bth.QKey
+
+	sgl      []SGE
+	inline   []byte
+	isInline bool
+	length   uint32
+
+	firstPSN, lastPSN bth.PSN
+	// errStatus is a local error found while posting or building a packet
+	// (LOC_PROT_ERR); the WQE completes with it when it reaches the head.
+	errStatus Status
+	// sent is set on UC/UD WQEs once the last packet left (they complete
+	// on transmission) and on UD WQEs that complete without sending.
+	sent bool
+}
+
+func (w *sendWQE) readOrAtomic() bool {
+	return w.op == WRRDMARead || w.op == WRAtomicCmpAndSwp || w.op == WRAtomicFetchAndAdd
+}
+
+func (w *sendWQE) atomic() bool {
+	return w.op == WRAtomicCmpAndSwp || w.op == WRAtomicFetchAndAdd
+}
+
+// QP is the protocol engine of one queue pair: requester, completer and
+// responder. It is a single-owner state machine: the caller serializes every
+// method call (one goroutine drives a QP) and supplies the time.
+type QP struct {
+	cfg   Config
+	state State
+	stats Stats
+
+	// Attributes.
+	pkey            bth.PKey
+	qkey            bth.QKey
+	access          Access
+	pmtu            uint32
+	destQPN         bth.QPN
+	maxRdAtomic     int
+	maxDestRdAtomic int
+	minRNRTimer     bth.RNRTimer
+	timeout         Time // local ACK timeout, 0 = infinite
+	retryCnt        uint8
+	rnrRetry        uint8
+
+	// Send queue: a ring of cfg.MaxSendWR slots, allocated on first post.
+	// Indices are free-running counters: [sqHead, sqTail) are posted and
+	// not yet completed, [sqHead, reqIdx) have been sent (all packets of
+	// RC requests) and wait for the completer, and WQEs below hiIdx have
+	// PSNs assigned.
+	sq                     []sendWQE
+	sqHead, sqTail, reqIdx uint64
+	hiIdx                  uint64
+
+	// Requester.
+	reqPSN    bth.PSN // next PSN to send
+	reqOff    uint32  // bytes of WQE reqIdx already sent
+	noackPkts int
+	rdAtomic  int     // READ/ATOMIC WQEs in [sqHead, reqIdx)
+	nextPSN   bth.PSN // PSN after the last WQE with PSNs assigned
+
+	// Completer.
+	compPSN      bth.PSN // oldest unacknowledged PSN
+	retryLeft    uint8
+	rnrLeft      uint8
+	timerArmed   bool
+	timerAt      Time
+	rnrWait      bool
+	rnrAt        Time
+	retryPending bool // a NAK started a retry: ignore further NAKs until progress
+
+	resp responder
+
+	// wc is scratch space for completions, so that passing it to the CQ
+	// interface does not make a heap allocation per completion.
+	wc Completion
+}
+
+// NewQP returns an engine in RESET for cfg.
+func NewQP(cfg Config) (*QP, error) {
+	switch cfg.Type {
+	case RC, UC, UD:
+	default:
+		return nil, fmt.Errorf("%w: QP type %v", ErrBadConfig, cfg.Type)
+	}
+	if !cfg.QPN.Valid() {
+		return nil, fmt.Errorf("%w: QPN %#x exceeds 24 bits", ErrBadConfig, uint32(cfg.QPN))
+	}
+	if cfg.Memory == nil || cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.RQ == nil {
+		return nil, fmt.Errorf("%w: Memory, SendCQ, RecvCQ and RQ are required", ErrBadConfig)
+	}
+	if cfg.MaxSendWR <= 0 || cfg.MaxSendSGE <= 0 || cfg.MaxRecvSGE <= 0 || cfg.MaxInlineData < 0 {
+		return nil, fmt.Errorf("%w: MaxSendWR, MaxSendSGE and MaxRecvSGE must be > 0 (got %d, %d, %d; inline %d)",
+			ErrBadConfig, cfg.MaxSendWR, cfg.MaxSendSGE, cfg.MaxRecvSGE, cfg.MaxInlineData)
+	}
+	q := &QP{cfg: cfg}
+	q.reset()
+	return q, nil
+}
+
+// reset puts every piece of state back to what RESET means: queues emptied
+// without completions, PSNs and MSN cleared. Buffers are kept for reuse.
+func (q *QP) reset() {
+	q.state = StateReset
+	q.pkey = bth.DefaultPKey
+	q.qkey = 0
+	q.access = 0
+	q.pmtu = 256
+	q.destQPN = 0
+	q.maxRdAtomic, q.maxDestRdAtomic = 0, 0
+	q.minRNRTimer = 0
+	q.timeout = 0
+	q.retryCnt, q.rnrRetry = 0, 0
+	for i := range q.sq {
+		q.sq[i].clear()
+	}
+	q.sqHead, q.sqTail, q.reqIdx, q.hiIdx = 0, 0, 0, 0
+	q.reqPSN, q.reqOff, q.noackPkts, q.rdAtomic, q.nextPSN = 0, 0, 0, 0, 0
+	q.compPSN, q.retryLeft, q.rnrLeft = 0, 0, 0
+	q.timerArmed, q.rnrWait, q.retryPending = false, false, false
+	q.timerAt, q.rnrAt = 0, 0
+	q.resp.reset()
+}
+
+func (w *sendWQE) clear() {
+	sgl, inl := w.sgl[:0], w.inline[:0]
+	*w = sendWQE{sgl: sgl, inline: inl}
+}
+
+// State returns the QP state.
+func (q *QP) State() State { return q.state }
+
+// Stats returns the QP's counters. The pointer stays valid for the life of
+// the QP; read it only between calls into the engine.
+func (q *QP) Stats() *Stats { return &q.stats }
+
+// QPN returns the QP number.
+func (q *QP) QPN() bth.QPN { return q.cfg.QPN }
+
+// Type returns the transport service.
+func (q *QP) Type() QPType { return q.cfg.Type }
+
+// roundPow2 rounds n up to a power of two (rxe_qp.c rxe_qp_from_attr uses
+// __roundup_pow_of_two for max_rd_atomic and max_dest_rd_atomic); 0 stays 0.
+func roundPow2(n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// Modify applies attributes. The caller (hca) has already validated the
+// transition and the attribute masks (wire-spec §7); Modify checks only
+// that values are in range.
+func (q *QP) Modify(now Time, attr *Attr, mask AttrMask) error {
+	if attr == nil {
+		return fmt.Errorf("%w: nil attributes", ErrBadAttr)
+	}
+	if mask&AttrState != 0 && attr.State > StateErr {
+		return fmt.Errorf("%w: state %v", ErrBadAttr, attr.State)
+	}
+	if mask&AttrPathMTU != 0 && !attr.PathMTU.Valid() {
+		return fmt.Errorf("%w: path MTU %v", ErrBadAttr, attr.PathMTU)
+	}
+	if mask&AttrTimeout != 0 && attr.Timeout > 31 {
+		return fmt.Errorf("%w: timeout %d > 31", ErrBadAttr, attr.Timeout)
+	}
+	if mask&AttrRetryCnt != 0 && attr.RetryCnt > 7 {
+		return fmt.Errorf("%w: retry_cnt %d > 7", ErrBadAttr, attr.RetryCnt)
+	}
+	if mask&AttrRNRRetry != 0 && attr.RNRRetry > 7 {
+		return fmt.Errorf("%w: rnr_retry %d > 7", ErrBadAttr, attr.RNRRetry)
+	}
+	if mask&AttrMinRNRTimer != 0 && attr.MinRNRTimer > 31 {
+		return fmt.Errorf("%w: min_rnr_timer %d > 31", ErrBadAttr, attr.MinRNRTimer)
+	}
+	if mask&AttrMaxQPRdAtomic != 0 && (attr.MaxRdAtomic < 0 || attr.MaxRdAtomic > MaxRdAtomic) {
+		return fmt.Errorf("%w: max_rd_atomic %d", ErrBadAttr, attr.MaxRdAtomic)
+	}
+	if mask&AttrMaxDestRdAtomic != 0 && (attr.MaxDestRdAtomic < 0 || attr.MaxDestRdAtomic > MaxRdAtomic) {
+		return fmt.Errorf("%w: max_dest_rd_atomic %d", ErrBadAttr, attr.MaxDestRdAtomic)
+	}
+	if mask&AttrDestQPN != 0 && !attr.DestQPN.Valid() {
+		return fmt.Errorf("%w: dest QPN %#x", ErrBadAttr, uint32(attr.DestQPN))
+	}
+	if mask&AttrRQPSN != 0 && !attr.RQPSN.Valid() {
+		return fmt.Errorf("%w: rq_psn %#x", ErrBadAttr, uint32(attr.RQPSN))
+	}
+	if mask&AttrSQPSN != 0 && !attr.SQPSN.Valid() {
+		return fmt.Errorf("%w: sq_psn %#x", ErrBadAttr, uint32(attr.SQPSN))
+	}
+
+	if mask&AttrState != 0 && attr.State == StateReset {
+		q.reset()
+		return nil
+	}
+	if mask&AttrPKeyIndex != 0 && attr.PKey != 0 {
+		q.pkey = attr.PKey
+	}
+	if mask&AttrQKey != 0 {
+		q.qkey = attr.QKey
+	}
+	if mask&AttrAccessFlags != 0 {
+		q.access = attr.AccessFlags
+	}
+	if mask&AttrPathMTU != 0 {
+		q.pmtu = uint32(attr.PathMTU.Bytes())
+	}
+	if mask&AttrDestQPN != 0 {
+		q.destQPN = attr.DestQPN
+	}
+	if mask&AttrRQPSN != 0 {
+		q.resp.psn = attr.RQPSN
+	}
+	if mask&AttrSQPSN != 0 {
+		q.reqPSN, q.compPSN, q.nextPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN
+	}
+	if mask&AttrMaxQPRdAtomic != 0 {
+		q.maxRdAtomic = roundPow2(attr.MaxRdAtomic)
+	}
+	if mask&AttrMaxDestRdAtomic != 0 {
+		q.maxDestRdAtomic = roundPow2(attr.MaxDestRdAtomic)
+		q.resp.resizeResources(q.maxDestRdAtomic)
+	}
+	if mask&AttrMinRNRTimer != 0 {
+		q.minRNRTimer = attr.MinRNRTimer
+	}
+	if mask&AttrTimeout != 0 {
+		q.timeout = Time(bth.LocalACKTimeout(attr.Timeout))
+	}
+	if mask&AttrRetryCnt != 0 {
+		q.retryCnt = attr.RetryCnt
+		q.retryLeft = attr.RetryCnt
+	}
+	if mask&AttrRNRRetry != 0 {
+		q.rnrRetry = attr.RNRRetry
+		q.rnrLeft = attr.RNRRetry
+	}
+	if mask&AttrState != 0 {
+		if attr.State == StateErr {
+			q.enterErr()
+		} else {
+			q.state = attr.State
+		}
+	}
+	return nil
+}
+
+// PostSend queues a send work request, copying it.
+func (q *QP) PostSend(now Time, wr *SendWR) error {
+	if wr == nil {
+		return fmt.Errorf("%w: nil work request", ErrBadWR)
+	}
+	switch q.state {
+	case StateRTS, StateSQD, StateErr:
+	default:
+		return fmt.Errorf("%w: post send in %v", ErrBadState, q.state)
+	}
+	if q.sqTail-q.sqHead >= uint64(q.cfg.MaxSendWR) {
+		return ErrQueueFull
+	}
+	if err := q.checkWR(wr); err != nil {
+		return err
+	}
+	if q.sq == nil {
+		// Lazy: an idle QP costs no send-queue memory.
+		q.sq = make([]sendWQE, q.cfg.MaxSendWR)
+	}
+	w := q.slot(q.sqTail)
+	w.clear()
+	w.id, w.op, w.flags, w.imm, w.invRKey = wr.ID, wr.Opcode, wr.Flags, wr.Imm, wr.InvRKey
+	w.remoteAddr, w.rkey, w.compareAdd, w.swap = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap
+	w.ah, w.remoteQPN, w.remoteQKey = wr.AH, wr.RemoteQPN, wr.RemoteQKey
+	if wr.Flags&SendInline != 0 && len(wr.Inline) > 0 {
+		w.isInline = true
+		if cap(w.inline) < len(wr.Inline) {
+			w.inline = make([]byte, 0, max(len(wr.Inline), q.cfg.MaxInlineData))
+		}
+		w.inline = append(w.inline[:0], wr.Inline...)
+		w.length = uint32(len(wr.Inline))
+	} else if wr.Flags&SendInline == 0 {
+		if cap(w.sgl) < len(wr.SGL) {
+			w.sgl = make([]SGE, 0, q.cfg.MaxSendSGE)
+		}
+		w.sgl = append(w.sgl[:0], wr.SGL...)
+		var n uint64
+		for i := range w.sgl {
+			n += uint64(w.sgl[i].Length)
+		}
+		w.length = uint32(n)
+		// Check the local keys now, as a hardware HCA does when it fetches
+		// the WQE; a fault completes the WQE with LOC_PROT_ERR in order.
+		need := Access(0)
+		if w.readOrAtomic() {
+			need = AccessLocalWrite
+		}
+		for i := range w.sgl {
+			s := &w.sgl[i]
+			if s.Length == 0 {
+				continue
+			}
+			if _, err := q.cfg.Memory.Local(q.cfg.PD, s.LKey, s.Addr, s.Length, need); err != nil {
+				w.errStatus = StatusLocProtErr
+				break
+			}
+		}
+	}
+	if q.cfg.Type == UD && q.state != StateErr && w.length > q.pmtu {
+		// rxe_req.c: a UD message larger than the path MTU completes
+		// successfully without being sent (C10-93.1.1).
+		w.sent = true
+	}
+	q.sqTail++
+	if q.state == StateErr {
+		q.flushSend()
+		return nil
+	}
+	q.completeUnreliable()
+	q.completeHeadLocalErr()
+	return nil
+}
+
+// checkWR validates a work request against the QP type and limits.
+func (q *QP) checkWR(wr *SendWR) error {
+	switch q.cfg.Type {
+	case RC:
+		switch wr.Opcode {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm, WRRDMARead,
+			WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRSendWithInv:
+		default:
+			return fmt.Errorf("%w: opcode %v on RC", ErrBadWR, wr.Opcode)
+		}
+	case UC:
+		switch wr.Opcode {
+		case WRRDMAWrite, WRRDMAWriteWithImm, WRSend, WRSendWithImm:
+		default:
+			return fmt.Errorf("%w: opcode %v on UC", ErrBadWR, wr.Opcode)
+		}
+	case UD:
+		switch wr.Opcode {
+		case WRSend, WRSendWithImm:
+		default:
+			return fmt.Errorf("%w: opcode %v on UD", ErrBadWR, wr.Opcode)
+		}
+		if !wr.RemoteQPN.Valid() {
+			return fmt.Errorf("%w: remote QPN %#x", ErrBadWR, uint32(wr.RemoteQPN))
+		}
+	}
+	isRdAtomic := wr.Opcode == WRRDMARead || wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAndAdd
+	if wr.Flags&SendInline != 0 {
+		if isRdAtomic {
+			return fmt.Errorf("%w: %v cannot be inline", ErrBadWR, wr.Opcode)
+		}
+		if len(wr.Inline) > q.cfg.MaxInlineData {
+			return ErrInlineTooLarge
+		}
+	} else {
+		if len(wr.SGL) > q.cfg.MaxSendSGE {
+			return ErrTooManySGE
+		}
+		var n uint64
+		for i := range wr.SGL {
+			n += uint64(wr.SGL[i].Length)
+		}
+		if n > MaxMessageSize {
+			return fmt.Errorf("%w: message of %d bytes exceeds 2^31", ErrBadWR, n)
+		}
+		if wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAndAdd {
+			if n != 8 {
+				return fmt.Errorf("%w: atomic needs 8 bytes of local buffer, got %d", ErrBadWR, n)
+			}
+			if wr.RemoteAddr&7 != 0 {
+				return fmt.Errorf("%w: atomic remote address %#x not 8-byte aligned", ErrBadWR, wr.RemoteAddr)
+			}
+		}
+	}
+	if isRdAtomic && q.state != StateErr && q.maxRdAtomic == 0 {
+		// rxe would stall this WQE forever (rd_atomic credit 0); refuse it.
+		return fmt.Errorf("%w: %v with max_rd_atomic 0", ErrBadWR, wr.Opcode)
+	}
+	return nil
+}
+
+func (q *QP) slot(i uint64) *sendWQE { return &q.sq[i%uint64(len(q.sq))] }
+
+// FlushRecv completes every WQE of the QP's own receive queue with
+// WR_FLUSH_ERR when the QP is in ERR. No-op otherwise or with an SRQ.
+func (q *QP) FlushRecv() {
+	if q.state != StateErr || q.cfg.SRQ {
+		return
+	}
+	sgl := q.resp.sglStorage(q.cfg.MaxRecvSGE)
+	for {
+		wr, ok := q.cfg.RQ.Pop(sgl)
+		if !ok {
+			return
+		}
+		q.wc = Completion{WRID: wr.ID, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: q.cfg.QPN}
+		q.cfg.RecvCQ.Push(&q.wc)
+	}
+}
+
+// enterErr moves the QP to ERR: every outstanding send WQE completes with
+// WR_FLUSH_ERR (signaled or not), the receive WQE in progress and every WQE
+// of the QP's own receive queue too. Responder output already queued is
+// dropped except the NAK that caused the error, which is still sent.
+func (q *QP) enterErr() {
+	if q.state == StateErr {
+		return
+	}
+	q.state = StateErr
+	q.timerArmed, q.rnrWait = false, false
+	q.flushSend()
+	if q.resp.wqeValid {
+		q.resp.wqeValid = false
+		q.wc = Completion{WRID: q.resp.wqe.ID, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: q.cfg.QPN}
+		q.cfg.RecvCQ.Push(&q.wc)
+	}
+	q.resp.keepOnlyNAKs()
+	q.FlushRecv()
+}
+
+// flushSend completes every send WQE with WR_FLUSH_ERR, in order.
+func (q *QP) flushSend() {
+	for q.sqHead != q.sqTail {
+		w := q.slot(q.sqHead)
+		q.wc = Completion{WRID: w.id, Status: StatusWRFlushErr, Opcode: wcOpcode(w.op), QPN: q.cfg.QPN}
+		q.cfg.SendCQ.Push(&q.wc)
+		q.stats.CompletionErrors++
+		w.clear()
+		q.sqHead++
+	}
+	q.reqIdx, q.hiIdx = q.sqHead, q.sqHead
+	q.reqOff, q.rdAtomic = 0, 0
+}
+
+func wcOpcode(op WROpcode) WCOpcode {
+	switch op {
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		return WCRDMAWrite
+	case WRRDMARead:
+		return WCRDMARead
+	case WRAtomicCmpAndSwp:
+		return WCCompSwap
+	case WRAtomicFetchAndAdd:
+		return WCFetchAdd
+	}
+	return WCSend
+}
+
+// completeHead pops the oldest send WQE and completes it with status.
+// Successful unsignaled WQEs produce no completion. An error status, or a
+// CQ overflow, moves the QP to ERR.
+func (q *QP) completeHead(status Status) {
+	w := q.slot(q.sqHead)
+	if q.sqHead < q.reqIdx {
+		if w.readOrAtomic() {
+			q.rdAtomic--
+		}
+	} else {
+		q.reqIdx = q.sqHead + 1
+		q.reqOff = 0
+	}
+	if q.hiIdx <= q.sqHead {
+		q.hiIdx = q.sqHead + 1
+	}
+	overflow := false
+	if status != StatusSuccess || w.flags&SendSignaled != 0 || q.cfg.SignalAll {
+		q.wc = Completion{WRID: w.id, Status: status, Opcode: wcOpcode(w.op), ByteLen: w.length, QPN: q.cfg.QPN}
+		overflow = !q.cfg.SendCQ.Push(&q.wc)
+	}
+	w.clear()
+	q.sqHead++
+	if status != StatusSuccess {
+		q.stats.CompletionErrors++
+		q.enterErr()
+	} else if overflow {
+		q.enterErr()
+	}
+}
+
+// completeUnreliable completes UC and UD WQEs whose packets have all been
+// sent; they need no acknowledgement (rxe completes them on transmission).
+func (q *QP) completeUnreliable() {
+	if q.cfg.Type == RC {
+		return
+	}
+	for q.sqHead != q.sqTail && q.state != StateErr {
+		w := q.slot(q.sqHead)
+		switch {
+		case w.errStatus != 0 && q.sqHead == q.reqIdx:
+			q.completeHead(w.errStatus)
+		case w.sent:
+			q.completeHead(StatusSuccess)
+		default:
+			return
+		}
+	}
+}
+
+// completeHeadLocalErr completes the head WQE with its local error once
+// every WQE before it has completed, so completions stay in order.
+func (q *QP) completeHeadLocalErr() {
+	if q.sqHead == q.sqTail || q.state == StateErr {
+		return
+	}
+	w := q.slot(q.sqHead)
+	if w.errStatus != 0 && q.sqHead == q.reqIdx {
+		q.completeHead(w.errStatus)
+	}
+}
+
+// Deadline returns the earliest time Tick must be called, or Never.
+func (q *QP) Deadline() Time {
+	d := Never
+	if q.timerArmed {
+		d = q.timerAt
+	}
+	if q.rnrWait && q.rnrAt < d {
+		d = q.rnrAt
+	}
+	return d
+}
+
+// Tick fires expired timers: the RNR wait ends and the requester goes back
+// to the NAKed PSN; the local ACK timeout retransmits go-back-N from the
+// oldest unacknowledged PSN or, with the retry count exhausted, completes
+// the oldest WQE with RETRY_EXC_ERR.
+func (q *QP) Tick(now Time) {
+	if q.state != StateRTS && q.state != StateSQD {
+		return
+	}
+	if q.rnrWait && now >= q.rnrAt {
+		q.rnrWait = false
+		q.goBack()
+	}
+	if q.timerArmed && now >= q.timerAt {
+		q.timerArmed = false
+		if q.sqHead == q.reqIdx && q.reqOff == 0 {
+			return // nothing outstanding
+		}
+		q.stats.RetryTimeouts++
+		if q.retryLeft == 0 {
+			q.completeHead(StatusRetryExcErr)
+			return
+		}
+		if q.retryCnt != 7 { // rxe: 7 means retry forever
+			q.retryLeft--
+		}
+		q.retryPending = false
+		q.goBack()
+	}
+}
