@@ -66,6 +66,27 @@ func goldenPackets(t testing.TB) []golden {
 			}
 		}
 	}
+	// The shared vectors, when present (read in place, never copied).
+	if path := findSharedVector("real_hw_vectors.pcap"); path != "" {
+		frames, err := readCapture(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range frames {
+			out = append(out, golden{name: "real_hw_vectors#" + itoa(f.n), frame: f.data, framing: wire.FramingEthernet})
+		}
+	}
+	if path := findSharedVector("wireshark_sample_infiniband_erf.pcap"); path != "" {
+		frames, err := readCapture(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range frames {
+			if ib := erfInfiniBand(f.data); ib != nil {
+				out = append(out, golden{name: "erf#" + itoa(f.n), frame: ib, framing: wire.FramingIB})
+			}
+		}
+	}
 	return out
 }
 

@@ -153,13 +153,22 @@ func goldenCaptures(t testing.TB) []string {
 // the test when it is absent (the vectors are never copied into the repo).
 func sharedVector(t testing.TB, name string) string {
 	t.Helper()
-	for _, dir := range []string{"../../shared/vectors", "../shared/vectors", "/work/shared/vectors"} {
+	p := findSharedVector(name)
+	if p == "" {
+		t.Skipf("shared vector %s not present (tests read it from ../shared/vectors and never copy it)", name)
+	}
+	return p
+}
+
+// findSharedVector looks for ../shared/vectors/name relative to the
+// repository root (the package directory is one level deeper).
+func findSharedVector(name string) string {
+	for _, dir := range []string{"../../shared/vectors", "../shared/vectors"} {
 		p := filepath.Join(dir, name)
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
 	}
-	t.Skipf("shared vector %s not present (tests read it from ../shared/vectors and never copy it)", name)
 	return ""
 }
 
