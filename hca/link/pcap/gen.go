@@ -134,6 +134,8 @@ type gen struct {
 	err     error
 }
 
+const genText = "goroce pcap gen: synthetic RoCE/InfiniBand payload, path MTU 1024. "
+
 // GenEpoch is the timestamp of the first generated frame.
 var GenEpoch = time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
 
@@ -195,10 +197,12 @@ func (g *gen) emit(p pkt) {
 	if p.fill != nil {
 		p.fill(t, info)
 	}
+	// ASCII text: binary noise can look like EoIB or iSER to Wireshark's
+	// payload heuristics and be dissected as something it is not.
 	pay := t[info.HdrLen : info.HdrLen+p.payload]
-	base := byte(g.rng.Uint32())
+	start := g.rng.IntN(len(genText))
 	for i := range pay {
-		pay[i] = base + byte(i)
+		pay[i] = genText[(start+i)%len(genText)]
 	}
 	src, dst := &g.hosts[0], &g.hosts[1]
 	if p.fromB {
@@ -239,8 +243,10 @@ func (g *gen) emit(p pkt) {
 
 // Realistic memory handles: rxe keys are index<<8 | 8-bit key, user VAs
 // look like glibc heap pages.
-func (g *gen) rkey() bth.RKey { return bth.RKey((0x100+g.rng.Uint32()%0x4000)<<8 | g.rng.Uint32()&0xFF) }
-func (g *gen) va() uint64     { return 0x0000_5580_0000_0000 | uint64(g.rng.Uint32())<<12 }
+func (g *gen) rkey() bth.RKey {
+	return bth.RKey((0x100+g.rng.Uint32()%0x4000)<<8 | g.rng.Uint32()&0xFF)
+}
+func (g *gen) va() uint64 { return 0x0000_5580_0000_0000 | uint64(g.rng.Uint32())<<12 }
 
 // req emits a request packet A→B on pair q and advances the PSN by one.
 func (g *gen) req(q *qpPair, op bth.Opcode, payload int, ackReq bool, fill func([]byte, *bth.OpInfo)) bth.PSN {

@@ -56,15 +56,15 @@ func init() {
 	// documented extension points of gopacket/layers; nothing else in the
 	// process registers RoCE, so a slot already in use is left alone.
 	layers.RegisterUDPPortLayerType(RoCEv2Port, LayerTypeBTH)
-	if layers.EthernetTypeMetadata[EtherTypeRoCEv1].DecodeWith == nil {
+	if layers.EthernetTypeMetadata[EtherTypeRoCEv1].LayerType == 0 {
 		layers.EthernetTypeMetadata[EtherTypeRoCEv1] = layers.EnumMetadata{
 			DecodeWith: LayerTypeGRH, Name: "RoCEv1", LayerType: LayerTypeGRH}
 	}
-	if layers.LinkTypeMetadata[LinkTypeInfiniBand].DecodeWith == nil {
+	if layers.LinkTypeMetadata[LinkTypeInfiniBand].LayerType == 0 {
 		layers.LinkTypeMetadata[LinkTypeInfiniBand] = layers.EnumMetadata{
 			DecodeWith: LayerTypeLRH, Name: "InfiniBand", LayerType: LayerTypeLRH}
 	}
-	if layers.LinkTypeMetadata[LinkTypeERF].DecodeWith == nil {
+	if layers.LinkTypeMetadata[LinkTypeERF].LayerType == 0 {
 		layers.LinkTypeMetadata[LinkTypeERF] = layers.EnumMetadata{
 			DecodeWith: LayerTypeERF, Name: "ERF", LayerType: LayerTypeERF}
 	}
@@ -370,7 +370,7 @@ func parseERF(data []byte) (erfHeader, error) {
 	}
 	ts := binary.LittleEndian.Uint64(data)
 	sec := int64(ts >> 32)
-	nsec := int64((ts & 0xFFFFFFFF) * 1e9 >> 32)
+	nsec := int64(((ts&0xFFFFFFFF)*1e9 + 1<<31) >> 32) // rounded to the nearest ns
 	h.ts = time.Unix(sec, nsec).UTC()
 	h.typ = data[8] & 0x7F
 	h.flags = data[9]

@@ -52,9 +52,9 @@ type VerifyOptions struct {
 // wire.Packet.Decode (all length fields, opcode, pad, ICRC, and the VCRC of
 // native IB). It writes one line per RoCE/IB frame to out:
 //
-//	     1 roce2-ipv4 RC_SEND_ONLY                      qp=0x000011 psn=0x1de136 ICRC ok
-//	    12 ib         RC_ACKNOWLEDGE                    qp=0x870408 psn=0xd40a55 ICRC ok VCRC ok
-//	     7 ethernet   BAD: wire: inconsistent length field at offset 16: UDP length
+//	 1 roce2-ipv4 RC_SEND_ONLY                      qp=0x000011 psn=0x1de136 ICRC ok
+//	12 ib         RC_ACKNOWLEDGE                    qp=0x870408 psn=0xd40a55 ICRC ok VCRC ok
+//	 7 ethernet   BAD: wire: inconsistent length field at offset 16: UDP length
 //
 // The number is the record number in the file (Wireshark's frame number).
 // Frames that are not RoCE/IB are counted as Other and not listed. The error

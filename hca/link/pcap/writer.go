@@ -91,7 +91,7 @@ func (w *Writer) WriteFrameLen(ts time.Time, data []byte, wireLen int) error {
 func AppendERF(dst []byte, ts time.Time, typ uint8, data []byte, wireLen int) []byte {
 	var h [ERFHeaderLen]byte
 	sec := uint64(ts.Unix())
-	frac := uint64(ts.Nanosecond()) << 32 / 1e9
+	frac := (uint64(ts.Nanosecond())<<32 + 5e8) / 1e9 // rounded
 	binary.LittleEndian.PutUint64(h[0:], sec<<32|frac)
 	h[8] = typ & 0x7F
 	h[9] = erfFlagVLen
