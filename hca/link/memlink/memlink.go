@@ -369,6 +369,7 @@ func (p *pipe) enqueue(s slot) {
 // buffer is dropped and counted in the writer's Stats.DroppedTooLarge.
 func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	p := e.rx
+	bufs = bufs[:min(len(bufs), e.cfg.BatchSize)]
 	for {
 		select {
 		case <-e.closed:
