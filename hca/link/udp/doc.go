@@ -1,0 +1,40 @@
+// Package udp is the RoCEv2 link over kernel UDP sockets (Linux): Write
+// takes complete IP packets (IPv4/IPv6 + UDP + BTH ... ICRC) and Read
+// returns complete IP packets, so the HCA builds and verifies every ICRC
+// over the real IP header, exactly as an rxe peer does.
+//
+// Send path: one unconnected UDP socket bound to Addr:Port (4791) with
+// IP_PMTUDISC_DO / IPV6_PMTUDISC_DO. The kernel writes the IP and UDP
+// headers, and the ICRC covers the IPv4 ID, DF, lengths, addresses and the
+// UDP source port, so Write accepts only frames the kernel will reproduce
+// byte for byte in the covered fields: source IP and port ours (see
+// link.SourcePorter), DF set, IPv4 ID 0 (what Linux sends on an unconnected
+// DF socket, checked by TestKernelIPIDZero), no options. Frames go out with
+// sendmmsg; runs of same-size packets of one QP to one destination go as a
+// UDP GSO super-datagram (UDP_SEGMENT), whose segments the kernel numbers
+// with IP IDs 0, 1, 2, ... (TestGSOSegmentIPIDs): Write supplies the ICRC
+// each segment needs for its ID without touching the caller's bytes.
+//
+// Receive path, IPv4: a raw socket (AF_INET, SOCK_RAW, IPPROTO_UDP) bound to
+// Addr with a classic BPF filter for UDP to Port shows the real IPv4
+// header. The UDP socket stays bound so the kernel sends no ICMP port
+// unreachable, and a drop-everything filter keeps its queue empty. On
+// loopback and veth a GSO super-datagram is never segmented, so the raw
+// socket sees it whole; Read splits it the way the kernel's segmentation
+// would (IDs id, id+1, ...), finding the segment size from the BTHs and
+// confirming it with the first segment's ICRC.
+//
+// Receive path, IPv6: raw IPv6 sockets do not show the IP header, so Read
+// receives on the UDP socket with IPV6_RECVPKTINFO and IPV6_RECVHOPLIMIT and
+// rebuilds the 40-byte IPv6 header and the UDP header. Every field the ICRC
+// covers (payload length, next header, addresses, ports, UDP length) is
+// known exactly; traffic class and flow label are masked and written as 0.
+// The rebuilt UDP checksum is 0 (masked in the ICRC).
+//
+// No goroutines: Read and Write block in the Go netpoller through
+// syscall.RawConn, and Close unblocks them. Nothing on the data path
+// allocates.
+//
+// This package imports the standard library, golang.org/x/sys/unix and
+// goroce's hca/link and wire packages.
+package udp

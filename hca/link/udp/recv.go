@@ -1,0 +1,404 @@
+//go:build linux
+
+package udp
+
+import (
+	"encoding/binary"
+	"io"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// Receive path, per Read:
+//  1. Deliver what an earlier Read left over (the rest of a split
+//     aggregate, or datagrams beyond the caller's batch).
+//  2. recvmmsg, waiting in the netpoller: IPv4 into the endpoint's own
+//     64 KiB buffers from the raw socket (the packet may be a GSO
+//     super-datagram to split); IPv6 without GRO straight into the
+//     caller's buffers after 48 bytes of room for the rebuilt headers;
+//     IPv6 with GRO into the endpoint's buffers.
+//  3. Check and deliver: every drop is counted.
+
+const (
+	maxDatagram = 65536
+	oobSize     = 128 // IPV6_PKTINFO + IPV6_HOPLIMIT + UDP_GRO cmsgs
+	// maxSplitTries bounds the ICRC checks spent finding the segment size
+	// of one super-datagram.
+	maxSplitTries = 8
+)
+
+type rxState struct {
+	e      *Endpoint
+	direct bool // IPv6 without GRO: receive into the caller's buffers
+	msgs   []unix.Mmsghdr
+	iovs   []unix.Iovec
+	sa6    []unix.RawSockaddrInet6
+	oob    []byte
+	own    [][]byte // the endpoint's receive buffers (not direct)
+
+	// Datagrams received into own and not yet fully delivered.
+	got, cur int
+	seg      int // next segment of datagram cur
+	segSize  int // its segment size (0: not yet determined)
+
+	pkt wire.Packet
+
+	fn    func(fd uintptr) bool
+	nmsg  int
+	n     int
+	errno unix.Errno
+}
+
+func (r *rxState) init(e *Endpoint) {
+	r.e = e
+	n := e.cfg.BatchSize
+	r.direct = e.is6 && !e.cfg.GRO
+	r.msgs = make([]unix.Mmsghdr, n)
+	r.iovs = make([]unix.Iovec, n)
+	if e.is6 {
+		r.sa6 = make([]unix.RawSockaddrInet6, n)
+		r.oob = make([]byte, n*oobSize)
+	}
+	r.fn = r.recv
+}
+
+// Read receives up to len(bufs) IP packets (see link.Endpoint). A packet
+// longer than its buffer is dropped and counted in RxTooLarge.
+func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if e.closed.Load() {
+		return 0, link.ErrClosed
+	}
+	r := &e.rx
+	bufs = bufs[:min(len(bufs), e.cfg.BatchSize)]
+	if len(bufs) == 0 {
+		return 0, nil
+	}
+	for {
+		if !r.direct {
+			if n := r.deliver(bufs, sizes, offset); n > 0 {
+				e.st.rxFrames.Add(uint64(n))
+				return n, nil
+			}
+			if r.own == nil {
+				r.own = make([][]byte, e.cfg.BatchSize)
+				for i := range r.own {
+					r.own[i] = make([]byte, maxDatagram)
+				}
+			}
+			for i := range r.own {
+				setIov(&r.iovs[i], r.own[i])
+			}
+			r.nmsg = len(r.own)
+		} else {
+			k := 0
+			for k < len(bufs) && len(bufs[k]) > offset+ipv6Hdr+udpHdr {
+				setIov(&r.iovs[k], bufs[k][offset+ipv6Hdr+udpHdr:])
+				k++
+			}
+			if k == 0 {
+				return 0, io.ErrShortBuffer
+			}
+			r.nmsg = k
+		}
+		for i := range r.nmsg {
+			m := &r.msgs[i]
+			*m = unix.Mmsghdr{}
+			m.Hdr.Iov = &r.iovs[i]
+			m.Hdr.SetIovlen(1)
+			if e.is6 {
+				m.Hdr.Name = (*byte)(unsafe.Pointer(&r.sa6[i]))
+				m.Hdr.Namelen = unix.SizeofSockaddrInet6
+				m.Hdr.Control = &r.oob[i*oobSize]
+				m.Hdr.SetControllen(oobSize)
+			}
+		}
+		r.n, r.errno = 0, 0
+		err := e.rxRC.Read(r.fn)
+		if r.direct {
+			clear(r.iovs[:r.nmsg])
+		}
+		if err != nil {
+			return 0, e.closedErr(err)
+		}
+		if r.errno != 0 {
+			if e.closed.Load() {
+				return 0, link.ErrClosed
+			}
+			return 0, r.errno
+		}
+		if r.direct {
+			if n := r.deliverDirect(bufs, sizes, offset); n > 0 {
+				e.st.rxFrames.Add(uint64(n))
+				return n, nil
+			}
+			continue
+		}
+		r.got, r.cur, r.seg, r.segSize = r.n, 0, 0, 0
+	}
+}
+
+// recv is the RawConn.Read callback.
+func (r *rxState) recv(fd uintptr) bool {
+	for {
+		n, errno := mmsg(unix.SYS_RECVMMSG, fd, r.msgs[:r.nmsg], 0)
+		switch errno {
+		case 0:
+			r.n = n
+			return true
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+		default:
+			r.errno = errno
+			return true
+		}
+	}
+}
+
+// deliver copies pending datagrams (splitting aggregates) into bufs.
+func (r *rxState) deliver(bufs [][]byte, sizes []int, offset int) int {
+	e := r.e
+	n := 0
+	for n < len(bufs) && r.cur < r.got {
+		m := &r.msgs[r.cur]
+		d := r.own[r.cur][:m.Len]
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			e.st.rxTooLarge.Add(1)
+			r.next()
+			continue
+		}
+		if e.is6 {
+			n += r.deliver6(m, d, bufs[n:], sizes[n:], offset)
+		} else {
+			n += r.deliver4(d, bufs[n:], sizes[n:], offset)
+		}
+	}
+	return n
+}
+
+func (r *rxState) next() { r.cur, r.seg, r.segSize = r.cur+1, 0, 0 }
+
+// deliver4 delivers frames from IPv4 datagram d (from the raw socket) and
+// advances to the next datagram when d is done.
+func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int {
+	e := r.e
+	if r.segSize == 0 {
+		if len(d) < ipv4Hdr+udpHdr || d[0] != 0x45 ||
+			int(binary.BigEndian.Uint16(d[2:])) != len(d) || d[9] != unix.IPPROTO_UDP ||
+			int(binary.BigEndian.Uint16(d[24:])) != len(d)-ipv4Hdr {
+			e.st.rxMalformed.Add(1)
+			r.next()
+			return 0
+		}
+		if [4]byte(d[16:20]) != e.cfg.Addr.As4() || binary.BigEndian.Uint16(d[22:]) != e.cfg.Port {
+			e.st.rxWrongAddress.Add(1)
+			r.next()
+			return 0
+		}
+		p := len(d) - ipv4Hdr - udpHdr
+		if p <= maxRoCEPacket {
+			r.next()
+			if len(d) > len(bufs[0])-offset {
+				e.st.rxTooLarge.Add(1)
+				return 0
+			}
+			sizes[0] = copy(bufs[0][offset:], d)
+			return 1
+		}
+		g := r.findSegment(d)
+		if g == 0 {
+			// Not a GSO run of RoCE packets: an ordinary (over-long)
+			// datagram, delivered whole.
+			g = p
+		} else {
+			e.st.rxAggregates.Add(1)
+		}
+		r.segSize = g
+	}
+	// Split the super-datagram the way the kernel's GSO segmentation would.
+	g := r.segSize
+	p := len(d) - ipv4Hdr - udpHdr
+	id0 := binary.BigEndian.Uint16(d[4:])
+	n := 0
+	for n < len(bufs) {
+		start := r.seg * g
+		if start >= p {
+			r.next()
+			break
+		}
+		size := min(g, p-start)
+		out := bufs[n][offset:]
+		if ipv4Hdr+udpHdr+size > len(out) {
+			e.st.rxTooLarge.Add(1)
+			r.seg++
+			continue
+		}
+		copy(out, d[:ipv4Hdr+udpHdr])
+		copy(out[ipv4Hdr+udpHdr:], d[ipv4Hdr+udpHdr+start:ipv4Hdr+udpHdr+start+size])
+		binary.BigEndian.PutUint16(out[2:], uint16(ipv4Hdr+udpHdr+size))
+		binary.BigEndian.PutUint16(out[4:], id0+uint16(r.seg))
+		binary.BigEndian.PutUint16(out[24:], uint16(udpHdr+size))
+		binary.BigEndian.PutUint16(out[26:], 0) // no UDP checksum (masked in the ICRC)
+		wire.IPv4(out).SetChecksum(0)
+		wire.IPv4(out).SetChecksum(wire.IPv4(out).CalculateChecksum())
+		sizes[n] = ipv4Hdr + udpHdr + size
+		n++
+		r.seg++
+	}
+	return n
+}
+
+// findSegment returns the GSO segment size of IPv4 super-datagram d, or 0.
+// Candidates are offsets where a BTH of the same P_Key and destination QP
+// with the next PSN starts (Write only aggregates such runs); a candidate is
+// confirmed by the ICRC of the first segment computed over the IP and UDP
+// headers that segment would carry.
+func (r *rxState) findSegment(d []byte) int {
+	const h = ipv4Hdr + udpHdr
+	p := len(d) - h
+	b0 := d[h:]
+	psn1 := (binary.BigEndian.Uint32(b0[8:]) + 1) & 0xFFFFFF
+	tries := 0
+	for g := bth12 + 4; g <= maxRoCEPacket && g+bth12+4 <= p; g += 4 {
+		c := d[h+g:]
+		if c[2] != b0[2] || c[3] != b0[3] || c[5] != b0[5] || c[6] != b0[6] || c[7] != b0[7] ||
+			binary.BigEndian.Uint32(c[8:])&0xFFFFFF != psn1 {
+			continue
+		}
+		if (p+g-1)/g > 2*maxGSOSegments {
+			continue
+		}
+		if tries++; tries > maxSplitTries {
+			return 0
+		}
+		// Make d look like segment 0 for the ICRC, then restore it.
+		tot, ul := binary.BigEndian.Uint16(d[2:]), binary.BigEndian.Uint16(d[24:])
+		binary.BigEndian.PutUint16(d[2:], uint16(h+g))
+		binary.BigEndian.PutUint16(d[24:], uint16(udpHdr+g))
+		r.pkt = wire.Packet{Frame: d, Kind: wire.KindRoCEv2IPv4, IPOff: 0, UDPOff: ipv4Hdr,
+			BTHOff: h, ICRCOff: h + g - 4, LRHOff: -1, GRHOff: -1, EthOff: -1, VCRCOff: -1}
+		ok := wire.ICRC(d, &r.pkt) == binary.LittleEndian.Uint32(d[h+g-4:])
+		binary.BigEndian.PutUint16(d[2:], tot)
+		binary.BigEndian.PutUint16(d[24:], ul)
+		if ok {
+			return g
+		}
+	}
+	return 0
+}
+
+// ipv6Info extracts the destination address, hop limit and GRO segment
+// size from the control messages of m.
+func (r *rxState) ipv6Info(m *unix.Mmsghdr, i int) (dst [16]byte, hop uint8, gro int, ok bool) {
+	oob := r.oob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)]
+	hop = 64
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			break
+		}
+		data := oob[unix.CmsgLen(0):l]
+		switch {
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= 16:
+			dst, ok = [16]byte(data[:16]), true
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_HOPLIMIT && len(data) >= 4:
+			hop = uint8(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 2:
+			if len(data) >= 4 {
+				gro = int(binary.NativeEndian.Uint32(data))
+			} else {
+				gro = int(binary.NativeEndian.Uint16(data))
+			}
+		}
+		adv := unix.CmsgSpace(l - unix.CmsgLen(0))
+		if adv > len(oob) {
+			break
+		}
+		oob = oob[adv:]
+	}
+	return
+}
+
+// putIPv6 writes the IPv6 and UDP headers of a size-byte UDP payload from
+// sa to dst into out.
+func (r *rxState) putIPv6(out []byte, sa *unix.RawSockaddrInet6, dst *[16]byte, hop uint8, size int) {
+	out[0], out[1], out[2], out[3] = 0x60, 0, 0, 0
+	binary.BigEndian.PutUint16(out[4:], uint16(udpHdr+size))
+	out[6] = unix.IPPROTO_UDP
+	out[7] = hop
+	copy(out[8:24], sa.Addr[:])
+	copy(out[24:40], dst[:])
+	copy(out[40:42], (*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+	binary.BigEndian.PutUint16(out[42:], r.e.cfg.Port)
+	binary.BigEndian.PutUint16(out[44:], uint16(udpHdr+size))
+	out[46], out[47] = 0, 0
+}
+
+// deliverDirect finishes the datagrams recvmmsg put into the caller's
+// buffers, compacting over the dropped ones.
+func (r *rxState) deliverDirect(bufs [][]byte, sizes []int, offset int) int {
+	e := r.e
+	n := 0
+	for i := range r.n {
+		m := &r.msgs[i]
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			e.st.rxTooLarge.Add(1)
+			continue
+		}
+		dst, hop, _, ok := r.ipv6Info(m, i)
+		if !ok || dst != e.cfg.Addr.As16() {
+			e.st.rxWrongAddress.Add(1)
+			continue
+		}
+		size := int(m.Len)
+		if n != i {
+			copy(bufs[n][offset+ipv6Hdr+udpHdr:], bufs[i][offset+ipv6Hdr+udpHdr:offset+ipv6Hdr+udpHdr+size])
+		}
+		r.putIPv6(bufs[n][offset:], &r.sa6[i], &dst, hop, size)
+		sizes[n] = ipv6Hdr + udpHdr + size
+		n++
+	}
+	return n
+}
+
+// deliver6 delivers frames from IPv6 datagram d (GRO mode), splitting a
+// coalesced one by the kernel-reported segment size.
+func (r *rxState) deliver6(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int, offset int) int {
+	e := r.e
+	dst, hop, gro, ok := r.ipv6Info(m, r.cur)
+	if !ok || dst != e.cfg.Addr.As16() {
+		e.st.rxWrongAddress.Add(1)
+		r.next()
+		return 0
+	}
+	if gro <= 0 || gro >= len(d) {
+		gro = len(d)
+	} else if r.seg == 0 {
+		e.st.rxAggregates.Add(1)
+	}
+	n := 0
+	for n < len(bufs) {
+		start := r.seg * gro
+		if start >= len(d) {
+			r.next()
+			break
+		}
+		size := min(gro, len(d)-start)
+		out := bufs[n][offset:]
+		r.seg++
+		if ipv6Hdr+udpHdr+size > len(out) {
+			e.st.rxTooLarge.Add(1)
+			continue
+		}
+		r.putIPv6(out, &r.sa6[r.cur], &dst, hop, size)
+		copy(out[ipv6Hdr+udpHdr:], d[start:start+size])
+		sizes[n] = ipv6Hdr + udpHdr + size
+		n++
+	}
+	return n
+}

@@ -1,0 +1,341 @@
+//go:build linux
+
+package udp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// Send path, per Write:
+//  1. Validate each frame: the kernel must reproduce every ICRC-covered
+//     field of its IP and UDP headers (checkFrame).
+//  2. Group frames into messages: a run of same-size packets of one QP with
+//     consecutive PSNs to one destination (a shorter last one allowed)
+//     becomes one UDP GSO super-datagram; anything else is one datagram.
+//  3. For IPv4 GSO runs, compute the ICRC each segment needs for the IP ID
+//     the kernel will give it (0, 1, 2, ...) into a side buffer; the
+//     datagram's iovecs take the caller's bytes up to the ICRC and that
+//     side buffer for the ICRC.
+//  4. sendmmsg the messages, waiting in the netpoller when the socket
+//     buffer is full.
+
+const (
+	// maxGSOSegments is UDP_MAX_SEGMENTS of older kernels (newer allow 128).
+	maxGSOSegments = 64
+	// maxRoCEPacket is the longest BTH-through-ICRC an IBA packet can be:
+	// BTH 12 + the longest extended headers (AtomicETH 28) + 4096 bytes of
+	// payload + ICRC 4. A longer IPv4 datagram on the raw socket can only be
+	// a GSO super-datagram; IPv4 runs shorter than that are sent as separate
+	// datagrams so the receiver can tell the two apart.
+	maxRoCEPacket = bth12 + 28 + 4096 + 4
+	bth12         = 12
+	ipv4Hdr       = 20
+	ipv6Hdr       = 40
+	udpHdr        = 8
+)
+
+type txState struct {
+	e      *Endpoint
+	hdr    int // IP + UDP header length
+	msgs   []unix.Mmsghdr
+	iovs   []unix.Iovec
+	sa4    []unix.RawSockaddrInet4
+	sa6    []unix.RawSockaddrInet6
+	oob    []byte // one UDP_SEGMENT cmsg per message
+	icrc   []byte // 4 bytes per frame: ICRCs patched for GSO IP IDs
+	frames []int  // frames in message i
+	gso    []bool // message i is a GSO super-datagram
+	pkt    wire.Packet
+
+	// State of one sendmmsg round through RawConn.Write.
+	fn    func(fd uintptr) bool
+	next  int // first message not yet sent
+	nmsg  int
+	errno unix.Errno
+}
+
+var cmsgSpace2 = unix.CmsgSpace(2)
+
+func (t *txState) init(e *Endpoint) {
+	t.e = e
+	n := e.cfg.BatchSize
+	t.hdr = ipv4Hdr + udpHdr
+	if e.is6 {
+		t.hdr = ipv6Hdr + udpHdr
+		t.sa6 = make([]unix.RawSockaddrInet6, n)
+	} else {
+		t.sa4 = make([]unix.RawSockaddrInet4, n)
+	}
+	t.msgs = make([]unix.Mmsghdr, n)
+	t.iovs = make([]unix.Iovec, 2*n)
+	t.oob = make([]byte, n*cmsgSpace2)
+	t.icrc = make([]byte, 4*n)
+	t.frames = make([]int, n)
+	t.gso = make([]bool, n)
+	t.fn = t.send
+}
+
+// Write sends each bufs[i][offset:], a complete IPv4 or IPv6 packet (see
+// the package documentation for what the headers must hold). It stops at
+// the first frame it rejects (ErrBadFrame, ErrNotOurSource,
+// link.ErrFrameTooLarge) or the kernel refuses, after sending the frames
+// before it.
+func (e *Endpoint) Write(bufs [][]byte, offset int) (int, error) {
+	if e.closed.Load() {
+		return 0, link.ErrClosed
+	}
+	total := 0
+	for len(bufs) > 0 {
+		k := min(len(bufs), e.cfg.BatchSize)
+		n, err := e.tx.write(bufs[:k], offset)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		bufs = bufs[k:]
+	}
+	return total, nil
+}
+
+// checkFrame returns nil if the kernel will send f with exactly f's covered
+// header fields.
+func (t *txState) checkFrame(f []byte) error {
+	e := t.e
+	if len(f) > e.mtu {
+		return link.ErrFrameTooLarge
+	}
+	if len(f) < t.hdr+bth12+4 {
+		return ErrBadFrame
+	}
+	if e.is6 {
+		if f[0]>>4 != 6 || f[6] != unix.IPPROTO_UDP ||
+			int(binary.BigEndian.Uint16(f[4:])) != len(f)-ipv6Hdr ||
+			int(binary.BigEndian.Uint16(f[44:])) != len(f)-ipv6Hdr {
+			return ErrBadFrame
+		}
+		if [16]byte(f[8:24]) != e.cfg.Addr.As16() || binary.BigEndian.Uint16(f[40:]) != e.cfg.Port {
+			return ErrNotOurSource
+		}
+		return nil
+	}
+	if f[0] != 0x45 || f[9] != unix.IPPROTO_UDP ||
+		int(binary.BigEndian.Uint16(f[2:])) != len(f) ||
+		binary.BigEndian.Uint16(f[4:]) != 0 || // IP ID: the kernel sends 0
+		binary.BigEndian.Uint16(f[6:]) != 0x4000 || // DF, not a fragment
+		int(binary.BigEndian.Uint16(f[24:])) != len(f)-ipv4Hdr {
+		return ErrBadFrame
+	}
+	if [4]byte(f[12:16]) != e.cfg.Addr.As4() || binary.BigEndian.Uint16(f[20:]) != e.cfg.Port {
+		return ErrNotOurSource
+	}
+	return nil
+}
+
+// sameFlow reports whether b may follow a in a GSO run: same destination
+// address and port, same destination QP, next PSN.
+func (t *txState) sameFlow(a, b []byte) bool {
+	h := t.hdr
+	var dstA, dstB []byte
+	if t.e.is6 {
+		dstA, dstB = a[24:40], b[24:40]
+	} else {
+		dstA, dstB = a[16:20], b[16:20]
+	}
+	if string(dstA) != string(dstB) || a[h-6] != b[h-6] || a[h-5] != b[h-5] {
+		return false
+	}
+	if string(a[h+5:h+8]) != string(b[h+5:h+8]) { // DestQP
+		return false
+	}
+	pa := binary.BigEndian.Uint32(a[h+8:]) & 0xFFFFFF
+	pb := binary.BigEndian.Uint32(b[h+8:]) & 0xFFFFFF
+	return (pa+1)&0xFFFFFF == pb
+}
+
+func (t *txState) write(bufs [][]byte, offset int) (int, error) {
+	e := t.e
+	// 1. Validate.
+	valid := len(bufs)
+	var bad error
+	for i, b := range bufs {
+		if err := t.checkFrame(b[offset:]); err != nil {
+			e.st.txRejected.Add(1)
+			valid, bad = i, fmt.Errorf("udp: frame %d: %w", i, err)
+			break
+		}
+	}
+	// 2-3. Build messages.
+	maxPayload := 65535 - t.hdr
+	if e.is6 {
+		maxPayload = 65535 - udpHdr
+	}
+	gso := e.gso.Load()
+	nmsg, iov := 0, 0
+	for i := 0; i < valid; {
+		f := bufs[i][offset:]
+		seg := len(f) - t.hdr
+		j := i + 1
+		if gso {
+			sum := seg
+			for j < valid && j-i < maxGSOSegments {
+				g := bufs[j][offset:]
+				gs := len(g) - t.hdr
+				if gs > seg || sum+gs > maxPayload || !t.sameFlow(bufs[j-1][offset:], g) {
+					break
+				}
+				sum += gs
+				j++
+				if gs < seg {
+					break // a shorter segment ends the run
+				}
+			}
+			if j-i < 2 || (!e.is6 && sum <= maxRoCEPacket) {
+				j = i + 1
+			}
+		}
+		m := &t.msgs[nmsg]
+		*m = unix.Mmsghdr{}
+		first := iov
+		for k := i; k < j; k++ {
+			g := bufs[k][offset:]
+			s := k - i
+			if s == 0 || e.is6 {
+				setIov(&t.iovs[iov], g[t.hdr:])
+				iov++
+				continue
+			}
+			// The kernel gives segment s the IP ID s: compute the ICRC the
+			// segment needs for that ID, with the frame's ID set to s for
+			// the duration of the computation only.
+			t.pkt = wire.Packet{Frame: g, Kind: wire.KindRoCEv2IPv4, IPOff: 0, UDPOff: ipv4Hdr,
+				BTHOff: t.hdr, ICRCOff: len(g) - 4, LRHOff: -1, GRHOff: -1, EthOff: -1, VCRCOff: -1}
+			binary.BigEndian.PutUint16(g[4:], uint16(s))
+			c := wire.ICRC(g, &t.pkt)
+			binary.BigEndian.PutUint16(g[4:], 0)
+			ic := t.icrc[4*k : 4*k+4]
+			binary.LittleEndian.PutUint32(ic, c)
+			setIov(&t.iovs[iov], g[t.hdr:len(g)-4])
+			setIov(&t.iovs[iov+1], ic)
+			iov += 2
+			e.st.txICRCPatched.Add(1)
+		}
+		m.Hdr.Iov = &t.iovs[first]
+		m.Hdr.SetIovlen(iov - first)
+		t.setDst(nmsg, f, m)
+		t.frames[nmsg] = j - i
+		t.gso[nmsg] = j-i > 1
+		if j-i > 1 {
+			c := t.oob[nmsg*cmsgSpace2 : (nmsg+1)*cmsgSpace2]
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+			h.Level = unix.IPPROTO_UDP
+			h.Type = unix.UDP_SEGMENT
+			h.SetLen(unix.CmsgLen(2))
+			binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(seg))
+			m.Hdr.Control = &c[0]
+			m.Hdr.SetControllen(len(c))
+		}
+		nmsg++
+		i = j
+	}
+	// 4. Send.
+	sent, err := t.sendAll(nmsg)
+	clear(t.iovs[:iov]) // retain no caller memory
+	if err == errGSORetry {
+		n, err := t.write(bufs[sent:valid], offset) // GSO is off now
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+		return valid, bad
+	}
+	if err != nil {
+		return sent, err
+	}
+	return valid, bad
+}
+
+var errGSORetry = errors.New("udp: GSO refused; resend without")
+
+// sendAll sends t.msgs[:nmsg] and returns the number of frames sent.
+func (t *txState) sendAll(nmsg int) (int, error) {
+	e := t.e
+	t.next, t.nmsg, t.errno = 0, nmsg, 0
+	if nmsg == 0 {
+		return 0, nil
+	}
+	err := e.udpRC.Write(t.fn)
+	frames := 0
+	for i := range t.next {
+		frames += t.frames[i]
+		if t.gso[i] {
+			e.st.txGSOBatches.Add(1)
+			e.st.txGSOSegments.Add(uint64(t.frames[i]))
+		}
+	}
+	e.st.txFrames.Add(uint64(frames))
+	if err != nil {
+		return frames, e.closedErr(err)
+	}
+	if t.errno != 0 {
+		failed := t.next
+		if t.gso[failed] && (t.errno == unix.EIO || t.errno == unix.EINVAL || t.errno == unix.ENOPROTOOPT) {
+			// No usable UDP segmentation on this path: fall back to
+			// sendmmsg for good and resend this message's frames alone.
+			e.gso.Store(false)
+			e.st.gsoDisabled.Store(1)
+			return frames, errGSORetry
+		}
+		e.st.txErrors.Add(uint64(t.frames[failed]))
+		return frames, fmt.Errorf("udp: sendmmsg: %w", t.errno)
+	}
+	return frames, nil
+}
+
+// send is the RawConn.Write callback.
+func (t *txState) send(fd uintptr) bool {
+	for t.next < t.nmsg {
+		n, errno := mmsg(unix.SYS_SENDMMSG, fd, t.msgs[t.next:t.nmsg], 0)
+		switch errno {
+		case 0:
+			t.next += n
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+		default:
+			t.errno = errno
+			return true
+		}
+	}
+	return true
+}
+
+func setIov(v *unix.Iovec, b []byte) {
+	v.Base = &b[0]
+	v.SetLen(len(b))
+}
+
+func (t *txState) setDst(i int, f []byte, m *unix.Mmsghdr) {
+	if t.e.is6 {
+		sa := &t.sa6[i]
+		sa.Family = unix.AF_INET6
+		copy((*[2]byte)(unsafe.Pointer(&sa.Port))[:], f[42:44])
+		copy(sa.Addr[:], f[24:40])
+		m.Hdr.Name = (*byte)(unsafe.Pointer(sa))
+		m.Hdr.Namelen = unix.SizeofSockaddrInet6
+		return
+	}
+	sa := &t.sa4[i]
+	sa.Family = unix.AF_INET
+	copy((*[2]byte)(unsafe.Pointer(&sa.Port))[:], f[22:24])
+	copy(sa.Addr[:], f[16:20])
+	m.Hdr.Name = (*byte)(unsafe.Pointer(sa))
+	m.Hdr.Namelen = unix.SizeofSockaddrInet4
+}

@@ -1,0 +1,57 @@
+package udp
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Classic BPF programs. A raw IPv4 socket's filter sees the packet from the
+// IPv4 header on.
+
+func dropAll() []unix.SockFilter {
+	return []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+}
+
+// acceptUDPTo accepts IPv4 UDP packets to addr:port and drops the rest.
+func acceptUDPTo(addr [4]byte, port uint16) []unix.SockFilter {
+	ip := uint32(addr[0])<<24 | uint32(addr[1])<<16 | uint32(addr[2])<<8 | uint32(addr[3])
+	const (
+		ldB  = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
+		ldH  = unix.BPF_LD | unix.BPF_H | unix.BPF_ABS
+		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		ldHI = unix.BPF_LD | unix.BPF_H | unix.BPF_IND
+		ldxM = unix.BPF_LDX | unix.BPF_B | unix.BPF_MSH
+		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+		ret  = unix.BPF_RET | unix.BPF_K
+	)
+	return []unix.SockFilter{
+		/* 0 */ {Code: ldB, K: 9}, // protocol
+		/* 1 */ {Code: jeq, K: unix.IPPROTO_UDP, Jt: 0, Jf: 8},
+		/* 2 */ {Code: ldW, K: 16}, // destination address
+		/* 3 */ {Code: jeq, K: ip, Jt: 0, Jf: 6},
+		/* 4 */ {Code: ldH, K: 6}, // flags + fragment offset
+		/* 5 */ {Code: jset, K: 0x1FFF, Jt: 4, Jf: 0}, // not the first fragment: no UDP header
+		/* 6 */ {Code: ldxM, K: 0}, // X = IHL*4
+		/* 7 */ {Code: ldHI, K: 2}, // UDP destination port
+		/* 8 */ {Code: jeq, K: uint32(port), Jt: 0, Jf: 1},
+		/* 9 */ {Code: ret, K: 0xFFFFFFFF},
+		/* 10 */ {Code: ret, K: 0},
+	}
+}
+
+func attachFilter(fd int, prog []unix.SockFilter) error {
+	p := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &p); err != nil {
+		return fmt.Errorf("udp: SO_ATTACH_FILTER: %w", err)
+	}
+	return nil
+}
+
+// mmsg calls sendmmsg or recvmmsg (trap) on fd without allocating.
+func mmsg(trap uintptr, fd uintptr, msgs []unix.Mmsghdr, flags int) (int, unix.Errno) {
+	n, _, errno := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+	return int(n), errno
+}

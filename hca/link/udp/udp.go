@@ -1,0 +1,329 @@
+//go:build linux
+
+package udp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/link"
+)
+
+// DefaultPort is the RoCEv2 UDP port.
+const DefaultPort = 4791
+
+// DefaultSocketBuffer is the default SO_RCVBUF/SO_SNDBUF request.
+const DefaultSocketBuffer = 8 << 20
+
+// Config configures Open.
+type Config struct {
+	// Addr is the local address: IPv4 or IPv6, not unspecified (required).
+	Addr netip.Addr
+	// Port is the local UDP port, the source port of every frame sent
+	// (default DefaultPort). Decoders only accept RoCEv2 on port 4791, so
+	// other values are for benchmarks and experiments.
+	Port uint16
+	// BatchSize is the largest batch of one Read or Write (default
+	// link.IdealBatchSize).
+	BatchSize int
+	// RecvBuf and SendBuf are the socket buffer sizes in bytes (default
+	// DefaultSocketBuffer). As root, SO_RCVBUFFORCE/SO_SNDBUFFORCE lift the
+	// rmem_max/wmem_max cap.
+	RecvBuf, SendBuf int
+	// MTU caps the link MTU; 0 means the MTU of the interface that holds
+	// Addr (65536 on loopback).
+	MTU int
+	// NoGSO disables UDP GSO on the send path; it is used when the kernel
+	// supports UDP_SEGMENT unless this is set.
+	NoGSO bool
+	// GRO enables UDP GRO (UDP_GRO) on the receive path of an IPv6
+	// endpoint: coalesced datagrams arrive in one read and are split with
+	// the kernel-reported segment size. IPv6 has no IP ID, so this is exact.
+	// It is ignored for IPv4, whose receive path is a raw socket.
+	GRO bool
+}
+
+// Stats are the endpoint's counters.
+type Stats struct {
+	TxFrames      uint64 // frames handed to the kernel
+	TxGSOBatches  uint64 // UDP GSO super-datagrams sent
+	TxGSOSegments uint64 // frames sent inside them
+	TxICRCPatched uint64 // GSO segments whose ICRC was recomputed for the kernel's IP ID
+	TxRejected    uint64 // frames refused: bad header, not our source, over the MTU
+	TxErrors      uint64 // frames the kernel refused (sendmmsg error)
+	GSODisabled   uint64 // 1 once GSO was turned off after a kernel error
+
+	RxFrames       uint64 // frames returned by Read
+	RxAggregates   uint64 // GSO/GRO aggregates split into frames
+	RxTooLarge     uint64 // dropped: larger than the caller's buffer, or truncated
+	RxMalformed    uint64 // dropped: IP/UDP header not as expected
+	RxWrongAddress uint64 // dropped: not addressed to Addr:Port
+}
+
+type counters struct {
+	txFrames, txGSOBatches, txGSOSegments, txICRCPatched, txRejected, txErrors, gsoDisabled atomic.Uint64
+	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress                         atomic.Uint64
+}
+
+// Errors.
+var (
+	// ErrBadFrame: Write got a frame that is not an IP+UDP packet the kernel
+	// would emit unchanged in the ICRC-covered fields (IPv4 options or
+	// fragments, DF clear, IP ID not 0, lengths disagreeing with the frame).
+	ErrBadFrame = errors.New("udp: frame is not an IP/UDP packet this socket can send unchanged")
+	// ErrNotOurSource: Write got a frame whose source IP or UDP source port
+	// is not the endpoint's; the kernel would rewrite it and break the ICRC.
+	ErrNotOurSource = errors.New("udp: frame source address or port is not the endpoint's")
+)
+
+// Endpoint is a RoCEv2 link over kernel UDP sockets. It implements
+// link.Endpoint and link.SourcePorter.
+type Endpoint struct {
+	cfg   Config
+	is6   bool
+	mtu   int
+	addrs []netip.Addr
+
+	udp    *os.File // bound UDP socket: sends; receives for IPv6
+	udpRC  syscall.RawConn
+	raw    *os.File // IPv4 raw receive socket; nil for IPv6
+	rxRC   syscall.RawConn
+	gso    atomic.Bool
+	closed atomic.Bool
+	once   sync.Once
+
+	st counters
+	tx txState // owned by the single writer
+	rx rxState // owned by the single reader
+}
+
+var (
+	_ link.Endpoint     = (*Endpoint)(nil)
+	_ link.SourcePorter = (*Endpoint)(nil)
+)
+
+// Open creates the sockets and binds them to cfg.Addr:cfg.Port.
+func Open(cfg Config) (*Endpoint, error) {
+	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() || cfg.Addr.Zone() != "" {
+		return nil, fmt.Errorf("udp: local address %v must be a specific IPv4 or IPv6 address", cfg.Addr)
+	}
+	cfg.Addr = cfg.Addr.Unmap()
+	if cfg.Port == 0 {
+		cfg.Port = DefaultPort
+	}
+	if cfg.BatchSize < 0 || cfg.RecvBuf < 0 || cfg.SendBuf < 0 || cfg.MTU < 0 {
+		return nil, errors.New("udp: negative BatchSize, buffer size or MTU")
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = link.IdealBatchSize
+	}
+	if cfg.RecvBuf == 0 {
+		cfg.RecvBuf = DefaultSocketBuffer
+	}
+	if cfg.SendBuf == 0 {
+		cfg.SendBuf = DefaultSocketBuffer
+	}
+	e := &Endpoint{cfg: cfg, is6: cfg.Addr.Is6(), addrs: []netip.Addr{cfg.Addr}}
+	mtu, err := interfaceMTU(cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MTU > 0 && cfg.MTU < mtu {
+		mtu = cfg.MTU
+	}
+	e.mtu = mtu
+	if err := e.openSockets(); err != nil {
+		e.closeFiles()
+		return nil, err
+	}
+	e.tx.init(e)
+	e.rx.init(e)
+	return e, nil
+}
+
+// interfaceMTU returns the MTU of the interface that holds a.
+func interfaceMTU(a netip.Addr) (int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, fmt.Errorf("udp: listing interfaces: %w", err)
+	}
+	for _, ifc := range ifs {
+		as, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, x := range as {
+			if n, ok := x.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+					return ifc.MTU, nil
+				}
+			}
+		}
+		// 127.0.0.0/8 is all on lo although only 127.0.0.1 is listed.
+		if a.Is4() && a.IsLoopback() && ifc.Flags&net.FlagLoopback != 0 {
+			return ifc.MTU, nil
+		}
+	}
+	return 0, fmt.Errorf("udp: no interface holds %v", a)
+}
+
+func (e *Endpoint) openSockets() error {
+	fam := unix.AF_INET
+	if e.is6 {
+		fam = unix.AF_INET6
+	}
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return fmt.Errorf("udp: socket: %w", err)
+	}
+	e.udp = os.NewFile(uintptr(fd), "udp")
+	setBuffers(fd, e.cfg.RecvBuf, e.cfg.SendBuf)
+	if e.is6 {
+		for _, o := range [][3]int{
+			{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1},
+			{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO},
+			{unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1},
+		} {
+			if err := unix.SetsockoptInt(fd, o[0], o[1], o[2]); err != nil {
+				return fmt.Errorf("udp: setsockopt %d/%d: %w", o[0], o[1], err)
+			}
+		}
+		if e.cfg.GRO {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); err != nil {
+				return fmt.Errorf("udp: UDP_GRO: %w: %w", err, link.ErrNotSupported)
+			}
+		}
+		sa := &unix.SockaddrInet6{Port: int(e.cfg.Port), Addr: e.cfg.Addr.As16()}
+		if err := unix.Bind(fd, sa); err != nil {
+			return fmt.Errorf("udp: bind [%v]:%d: %w", e.cfg.Addr, e.cfg.Port, err)
+		}
+	} else {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			return fmt.Errorf("udp: IP_MTU_DISCOVER: %w", err)
+		}
+		// The raw socket receives; this one must only keep the port bound
+		// (no ICMP port unreachable) without its queue filling up. UDP_GRO
+		// spares the kernel segmenting GSO datagrams just to drop them.
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+		if err := attachFilter(fd, dropAll()); err != nil {
+			return err
+		}
+		sa := &unix.SockaddrInet4{Port: int(e.cfg.Port), Addr: e.cfg.Addr.As4()}
+		if err := unix.Bind(fd, sa); err != nil {
+			return fmt.Errorf("udp: bind %v:%d: %w", e.cfg.Addr, e.cfg.Port, err)
+		}
+		rfd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		if err != nil {
+			return fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err)
+		}
+		e.raw = os.NewFile(uintptr(rfd), "udp-raw")
+		setBuffers(rfd, e.cfg.RecvBuf, 0)
+		if err := attachFilter(rfd, acceptUDPTo(e.cfg.Addr.As4(), e.cfg.Port)); err != nil {
+			return err
+		}
+		if err := unix.Bind(rfd, &unix.SockaddrInet4{Addr: e.cfg.Addr.As4()}); err != nil {
+			return fmt.Errorf("udp: bind raw socket to %v: %w", e.cfg.Addr, err)
+		}
+	}
+	if !e.cfg.NoGSO {
+		if _, err := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_SEGMENT); err == nil {
+			e.gso.Store(true)
+		}
+	}
+	if e.udpRC, err = e.udp.SyscallConn(); err != nil {
+		return err
+	}
+	e.rxRC = e.udpRC
+	if e.raw != nil {
+		if e.rxRC, err = e.raw.SyscallConn(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setBuffers(fd, rcv, snd int) {
+	if rcv > 0 {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcv) != nil {
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv)
+		}
+	}
+	if snd > 0 {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, snd) != nil {
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, snd)
+		}
+	}
+}
+
+// GSO reports whether Write uses UDP GSO.
+func (e *Endpoint) GSO() bool { return e.gso.Load() }
+
+// SourcePort implements link.SourcePorter: the UDP source port of every
+// frame this endpoint sends.
+func (e *Endpoint) SourcePort() uint16 { return e.cfg.Port }
+
+// BatchSize implements link.Endpoint.
+func (e *Endpoint) BatchSize() int { return e.cfg.BatchSize }
+
+// MTU implements link.Endpoint: the interface MTU, capped by Config.MTU.
+func (e *Endpoint) MTU() int { return e.mtu }
+
+// Format implements link.Endpoint: frames are IP packets.
+func (e *Endpoint) Format() link.Format { return link.FormatIP }
+
+// Headroom implements link.Endpoint.
+func (e *Endpoint) Headroom() int { return 0 }
+
+// Addrs implements link.Endpoint.
+func (e *Endpoint) Addrs() []netip.Addr { return e.addrs }
+
+// HardwareAddr implements link.Endpoint: nil, this is an IP link.
+func (e *Endpoint) HardwareAddr() net.HardwareAddr { return nil }
+
+// Close closes the sockets; a blocked Read or Write returns link.ErrClosed.
+func (e *Endpoint) Close() error {
+	e.once.Do(func() {
+		e.closed.Store(true)
+		e.closeFiles()
+	})
+	return nil
+}
+
+func (e *Endpoint) closeFiles() {
+	if e.udp != nil {
+		e.udp.Close()
+	}
+	if e.raw != nil {
+		e.raw.Close()
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Endpoint) Stats() Stats {
+	c := &e.st
+	return Stats{
+		TxFrames: c.txFrames.Load(), TxGSOBatches: c.txGSOBatches.Load(), TxGSOSegments: c.txGSOSegments.Load(),
+		TxICRCPatched: c.txICRCPatched.Load(), TxRejected: c.txRejected.Load(), TxErrors: c.txErrors.Load(),
+		GSODisabled: c.gsoDisabled.Load(),
+		RxFrames:    c.rxFrames.Load(), RxAggregates: c.rxAggregates.Load(), RxTooLarge: c.rxTooLarge.Load(),
+		RxMalformed: c.rxMalformed.Load(), RxWrongAddress: c.rxWrongAddress.Load(),
+	}
+}
+
+// closedErr maps an error from a closed file to link.ErrClosed.
+func (e *Endpoint) closedErr(err error) error {
+	if e.closed.Load() || errors.Is(err, os.ErrClosed) {
+		return link.ErrClosed
+	}
+	return err
+}
