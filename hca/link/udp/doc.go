@@ -12,8 +12,9 @@
 // DF socket, checked by TestKernelIPIDZero), no options. Frames go out with
 // sendmmsg; runs of same-size packets of one QP to one destination go as a
 // UDP GSO super-datagram (UDP_SEGMENT), whose segments the kernel numbers
-// with IP IDs 0, 1, 2, ... (TestGSOSegmentIPIDs): Write supplies the ICRC
-// each segment needs for its ID without touching the caller's bytes.
+// with IP IDs 0, 1, 2, ... (TestGSOSegmentIPIDs): Write sends segments
+// 1..n from copies carrying the ICRC for their ID, never writing the
+// caller's bytes.
 //
 // Receive path, IPv4: a raw socket (AF_INET, SOCK_RAW, IPPROTO_UDP) bound to
 // Addr with a classic BPF filter for UDP to Port shows the real IPv4
