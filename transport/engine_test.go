@@ -2,9 +2,9 @@ package transport_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
-	"testing"
+		"testing"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
@@ -73,9 +73,21 @@ func (p *pair) run(sendA, recvB int) {
 }
 
 func fill(b []byte, seed uint64) {
-	r := rand.New(rand.NewPCG(seed, 1))
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	// A cheap per-seed pattern (xorshift, 8 bytes per step): the lossy test
+	// fills and checks hundreds of megabytes.
+	x := seed*0x9E3779B97F4A7C15 | 1
+	i := 0
+	for ; i < len(b); i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		if i+8 <= len(b) {
+			binary.LittleEndian.PutUint64(b[i:], x)
+			continue
+		}
+		for j := 0; i+j < len(b); j++ {
+			b[i+j] = byte(x >> (8 * j))
+		}
 	}
 }
 
