@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-		"testing"
+	"testing"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
