@@ -16,7 +16,14 @@ func skipUnlessRoot(t testing.TB) {
 	}
 }
 
-func openPair(t testing.TB, a, b string, mod func(*Config)) (*Endpoint, *Endpoint) {
+// openPair opens endpoints on addresses a and b inside ns.
+func openPair(t testing.TB, ns *netNS, a, b string, mod func(*Config)) (x, y *Endpoint) {
+	t.Helper()
+	ns.do(t, func() { x, y = openPair0(t, a, b, mod) })
+	return x, y
+}
+
+func openPair0(t testing.TB, a, b string, mod func(*Config)) (*Endpoint, *Endpoint) {
 	t.Helper()
 	ca := Config{Addr: netip.MustParseAddr(a)}
 	cb := Config{Addr: netip.MustParseAddr(b)}
@@ -37,7 +44,7 @@ func openPair(t testing.TB, a, b string, mod func(*Config)) (*Endpoint, *Endpoin
 }
 
 func TestConformanceIPv4(t *testing.T) {
-	skipUnlessRoot(t)
+	ns := newNetNS(t)
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
@@ -48,7 +55,28 @@ func TestConformanceIPv4(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
-				return openPair(t, "127.0.0.1", "127.0.0.2", tc.mod)
+				return openPair(t, ns, "127.0.0.1", "127.0.0.2", tc.mod)
+			})
+		})
+	}
+}
+
+// TestConformanceIPv6 runs two endpoints on two IPv6 addresses of lo in a
+// fresh namespace: both must use port 4791 (wire.Decode accepts RoCEv2 on
+// 4791 only), so ::1 alone cannot hold two endpoints.
+func TestConformanceIPv6(t *testing.T) {
+	ns := newNetNS(t, "fd00::1/128", "fd00::2/128")
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"gso", nil},
+		{"sendmmsg", func(c *Config) { c.NoGSO = true }},
+		{"gro", func(c *Config) { c.GRO = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
+				return openPair(t, ns, "fd00::1", "fd00::2", tc.mod)
 			})
 		})
 	}
