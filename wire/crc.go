@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // The ICRC is CRC-32/IEEE (zlib.crc32, crc32.ChecksumIEEE) over a masked view
@@ -11,12 +13,13 @@ import (
 // GRH-bearing IB packet with every LRH field masked; rxe seeds crc32_le with
 // 0xDEBB20E3, the raw register after those 8 bytes (rxe_icrc.c).
 //
-// Only the headers up to and including the BTH are ever masked. They are at
-// most 60 bytes (IPv6 40 + UDP 8 + BTH 12, or LRH 8 + GRH 40 + BTH 12), so
-// ICRC copies that prefix into a stack array, masks it, runs a table CRC
-// over it (crc32.Update would make the array escape to the heap: it calls
-// through a function variable), and continues with crc32.Update in place
-// over the rest of the packet, which is where the bytes are.
+// Only the headers up to and including the BTH are ever masked: at most 60
+// bytes (IPv6 40 + UDP 8 + BTH 12, or LRH 8 + GRH 40 + BTH 12). ICRC runs a
+// slicing-by-8 table CRC over that prefix in place, OR-ing the mask into
+// each 64-bit word as it is loaded (no masked copy; a stack copy passed to
+// crc32.Update would escape to the heap, because crc32 calls through a
+// function variable), then continues with crc32.Update (PCLMULQDQ on amd64)
+// in place over the rest of the packet.
 
 // icrcSeedRoCE is the CRC-32 value of 8 bytes of 0xFF (= ^0xDEBB20E3).
 var icrcSeedRoCE = crc32.ChecksumIEEE([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
@@ -64,23 +67,6 @@ func init() {
 	}
 }
 
-// crc32Short updates the CRC-32 value crc (not the raw register) with p,
-// like crc32.Update(crc, crc32.IEEETable, p), without letting p escape.
-func crc32Short(crc uint32, p []byte) uint32 {
-	crc = ^crc
-	t := &crc32Slice8
-	for len(p) >= 8 {
-		crc ^= binary.LittleEndian.Uint32(p)
-		crc = t[0][p[7]] ^ t[1][p[6]] ^ t[2][p[5]] ^ t[3][p[4]] ^
-			t[4][crc>>24] ^ t[5][crc>>16&0xFF] ^ t[6][crc>>8&0xFF] ^ t[7][crc&0xFF]
-		p = p[8:]
-	}
-	for _, b := range p {
-		crc = t[0][byte(crc)^b] ^ crc>>8
-	}
-	return ^crc
-}
-
 // CRC16IB returns the InfiniBand variant CRC of b: CRC-16 with polynomial
 // 0x100B, reflected, init 0xFFFF, final XOR 0xFFFF (wire-spec §6). The check
 // value CRC16IB([]byte("123456789")) is 0x0A3D. On the wire it is stored
@@ -118,49 +104,107 @@ func lowerLen(k Kind) int {
 	return -1
 }
 
+// icrcMask describes the masked prefix of one kind: n bytes (covered
+// headers before the BTH, plus the 12-byte BTH) and, as little-endian
+// 64-bit words, the bits set to one before the CRC. Masking is an OR with
+// these words, so no masked copy of the packet is ever made.
+type icrcMask struct {
+	n     int
+	words [(maxMasked + 7) / 8]uint64
+	roce  bool // seeded with the 8 × 0xFF prefix
+}
+
+var icrcMasks [KindBTH + 1]icrcMask
+
+func init() {
+	for k := KindRoCEv2IPv4; k <= KindIBGRH; k++ {
+		var m [maxMasked + 4]byte
+		lower := lowerLen(k)
+		ipv6 := func(o int) { // TClass + FlowLabel (version kept), HopLmt
+			m[o] |= 0x0F
+			m[o+1], m[o+2], m[o+3], m[o+7] = 0xFF, 0xFF, 0xFF, 0xFF
+		}
+		roce := true
+		switch k {
+		case KindRoCEv2IPv4:
+			m[1] = 0xFF               // TOS
+			m[8] = 0xFF               // TTL
+			m[10], m[11] = 0xFF, 0xFF // header checksum
+			m[26], m[27] = 0xFF, 0xFF // UDP checksum
+		case KindRoCEv2IPv6:
+			ipv6(0)
+			m[46], m[47] = 0xFF, 0xFF // UDP checksum
+		case KindRoCEv1:
+			ipv6(0)
+		case KindIB:
+			m[0] = 0xF0 // VL only
+			roce = false
+		case KindIBGRH:
+			for i := range LRHLen { // the whole LRH (verified on real frames)
+				m[i] = 0xFF
+			}
+			ipv6(LRHLen)
+			roce = false
+		}
+		m[lower+4] = 0xFF // BTH resv8a: FECN, BECN, resv6
+		im := &icrcMasks[k]
+		im.n, im.roce = lower+bth.HeaderLen, roce
+		for i := range im.words {
+			im.words[i] = binary.LittleEndian.Uint64(m[i*8:])
+		}
+	}
+}
+
+// prefixCRC updates the CRC-32 value crc with the first m.n bytes of b,
+// masked by m: slicing-by-8 over whole words, slicing-by-4 for the last
+// 4 bytes (every prefix length is a multiple of 4).
+func prefixCRC(crc uint32, b []byte, m *icrcMask) uint32 {
+	t := &crc32Slice8
+	nw := m.n / 8
+	words := m.words[:nw]
+	b = b[:m.n]
+	crc = ^crc
+	for w, mw := range words {
+		v := binary.LittleEndian.Uint64(b[w*8:]) | mw
+		lo, hi := uint32(v)^crc, uint32(v>>32)
+		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^
+			t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+	}
+	if m.n&7 != 0 {
+		crc ^= binary.LittleEndian.Uint32(b[nw*8:]) | uint32(m.words[nw&7])
+		crc = t[0][crc>>24] ^ t[1][crc>>16&0xFF] ^ t[2][crc>>8&0xFF] ^ t[3][crc&0xFF]
+	}
+	return ^crc
+}
+
+// icrcContiguous returns the ICRC of a packet of kind k whose first covered
+// header starts at b[0] and whose pad ends at b[len(b)].
+func icrcContiguous(k Kind, b []byte) uint32 {
+	m := &icrcMasks[k]
+	crc := uint32(0)
+	if m.roce {
+		crc = icrcSeedRoCE
+	}
+	crc = prefixCRC(crc, b, m)
+	return crc32.Update(crc, crc32.IEEETable, b[m.n:])
+}
+
 // icrcCompute returns the ICRC of a packet of kind k whose covered headers
 // before the BTH are lower (exactly lowerLen(k) bytes: IPv4/IPv6+UDP, GRH,
 // LRH or LRH+GRH) and whose BTH through pad is tr (at least 12 bytes). The
 // two need not be contiguous, which lets Finish compute the ICRC of a
 // BTH-first datagram over the IP/UDP headers the kernel will add.
 func icrcCompute(k Kind, lower, tr []byte) uint32 {
-	var m [maxMasked]byte
-	n := copy(m[:], lower)
-	copy(m[n:], tr[:12])
+	var tmp [maxMasked]byte
+	n := copy(tmp[:], lower)
+	copy(tmp[n:], tr[:bth.HeaderLen])
+	m := &icrcMasks[k]
 	crc := uint32(0)
-	switch k {
-	case KindRoCEv2IPv4:
+	if m.roce {
 		crc = icrcSeedRoCE
-		m[1] = 0xFF               // TOS
-		m[8] = 0xFF               // TTL
-		m[10], m[11] = 0xFF, 0xFF // header checksum
-		m[26], m[27] = 0xFF, 0xFF // UDP checksum
-	case KindRoCEv2IPv6:
-		crc = icrcSeedRoCE
-		maskIPv6(m[:])
-		m[46], m[47] = 0xFF, 0xFF // UDP checksum
-	case KindRoCEv1:
-		crc = icrcSeedRoCE
-		maskIPv6(m[:])
-	case KindIB:
-		m[0] |= 0xF0 // VL only
-	case KindIBGRH:
-		for i := range LRHLen { // the whole LRH (verified on real frames)
-			m[i] = 0xFF
-		}
-		maskIPv6(m[LRHLen:])
 	}
-	m[n+4] = 0xFF // BTH resv8a: FECN, BECN, resv6
-	crc = crc32Short(crc, m[:n+12])
-	return crc32.Update(crc, crc32.IEEETable, tr[12:])
-}
-
-// maskIPv6 masks traffic class, flow label and hop limit of an IPv6 header
-// or GRH, keeping the version nibble.
-func maskIPv6(h []byte) {
-	h[0] |= 0x0F
-	h[1], h[2], h[3] = 0xFF, 0xFF, 0xFF
-	h[7] = 0xFF
+	crc = prefixCRC(crc, tmp[:], m)
+	return crc32.Update(crc, crc32.IEEETable, tr[bth.HeaderLen:])
 }
 
 // ICRC computes (rather than reads) the ICRC of a packet that Decode has
@@ -173,5 +217,5 @@ func ICRC(frame []byte, p *Packet) uint32 {
 		p.BTHOff-first != lowerLen(p.Kind) {
 		return 0
 	}
-	return icrcCompute(p.Kind, frame[first:p.BTHOff], frame[p.BTHOff:p.ICRCOff])
+	return icrcContiguous(p.Kind, frame[first:p.ICRCOff])
 }

@@ -195,7 +195,7 @@ func Finish(buf []byte, bthOff, n int, f Framing, a *Addr) ([]byte, error) {
 		LRH(buf[off:]).Encode(&LRHFields{VL: a.VL, LVer: a.LVer, SL: a.SL, LNH: lnh,
 			DLID: a.DLID, SLID: a.SLID, PktLen: words})
 	}
-	icrc := icrcCompute(a.Kind, buf[first:bthOff], tr)
+	icrc := icrcContiguous(a.Kind, buf[first:icrcOff])
 	binary.LittleEndian.PutUint32(buf[icrcOff:], icrc)
 	switch a.Kind {
 	case KindRoCEv2IPv4, KindRoCEv2IPv6:
