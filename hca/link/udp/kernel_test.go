@@ -1,0 +1,327 @@
+package udp
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/linktest"
+	"github.com/goroce/goroce/wire"
+)
+
+func mustFrames(t testing.TB, a, b link.Endpoint, psn0, n, payload int) [][]byte {
+	t.Helper()
+	fs := make([][]byte, n)
+	for i := range fs {
+		f, err := linktest.Frame(a, b, bth.PSN(psn0+i), payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs[i] = f
+	}
+	return fs
+}
+
+// TestKernelIPIDZero checks the premise of the send path (wire-spec §14): an
+// unconnected UDP socket with IP_PMTUDISC_DO sends DF and IP ID 0, as seen by
+// an independent raw socket.
+func TestKernelIPIDZero(t *testing.T) {
+	ns := newNetNS(t)
+	var a, b *Endpoint
+	var raw int
+	ns.do(t, func() {
+		a, b = openPair0(t, "127.0.0.1", "127.0.0.2", func(c *Config) { c.NoGSO = true })
+		var err error
+		raw, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_UDP)
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer a.Close()
+	defer b.Close()
+	defer unix.Close(raw)
+	unix.SetsockoptTimeval(raw, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	if _, err := a.Write(mustFrames(t, a, b, 0, 5, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2048)
+	var p wire.Packet
+	for i := 0; i < 5; {
+		n, _, err := unix.Recvfrom(raw, buf, 0)
+		if err != nil {
+			t.Fatalf("raw socket: %v", err)
+		}
+		h := wire.IPv4(buf[:n])
+		if h.Dst() != netip.MustParseAddr("127.0.0.2") {
+			continue
+		}
+		if h.ID() != 0 || !h.DontFragment() {
+			t.Errorf("datagram %d: IP ID %d, DF %v; want 0, true", i, h.ID(), h.DontFragment())
+		}
+		if err := p.Decode(buf[:n], wire.FramingIP); err != nil {
+			t.Errorf("datagram %d as received: %v", i, err)
+		}
+		i++
+	}
+}
+
+// TestGSOSegmentIPIDs sends a GSO run through a TUN device without offloads,
+// so the kernel really segments it, and reads the segments from the TUN fd:
+// it measures the IP IDs the kernel gives the segments (0, 1, 2, ... on
+// Linux 6.x for UDP_L4 GSO) and checks that every segment's ICRC verifies.
+func TestGSOSegmentIPIDs(t *testing.T) {
+	ns := newNetNS(t)
+	var tun int
+	var a *Endpoint
+	ns.do(t, func() {
+		var err error
+		tun, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Skipf("no TUN device: %v", err)
+		}
+		var ifr [unix.IFNAMSIZ + 64]byte
+		copy(ifr[:], "rocetun0")
+		binary.NativeEndian.PutUint16(ifr[unix.IFNAMSIZ:], unix.IFF_TUN|unix.IFF_NO_PI)
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(tun), unix.TUNSETIFF, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
+			t.Fatalf("TUNSETIFF: %v", e)
+		}
+		l, err := netlink.LinkByName("rocetun0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetMTU(l, 9000); err != nil {
+			t.Fatal(err)
+		}
+		_, ipn, _ := net.ParseCIDR("10.99.0.1/24")
+		ipn.IP = net.ParseIP("10.99.0.1")
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipn}); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+		a, err = Open(Config{Addr: netip.MustParseAddr("10.99.0.1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer unix.Close(tun)
+	defer a.Close()
+	if !a.GSO() {
+		t.Skip("kernel has no UDP_SEGMENT")
+	}
+	// The peer address only needs to exist for linktest.Frame.
+	peer := &fakePeer{addr: netip.MustParseAddr("10.99.0.2")}
+	const n = 10
+	frames := make([][]byte, n)
+	for i := range frames {
+		size := 1024
+		if i == n-1 {
+			size = 200
+		}
+		f, err := linktest.Frame(a, peer, bth.PSN(100+i), size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames[i] = f
+	}
+	if w, err := a.Write(frames, 0); w != n || err != nil {
+		t.Fatalf("Write = %d, %v", w, err)
+	}
+	if st := a.Stats(); st.TxGSOBatches != 1 || st.TxGSOSegments != n || st.TxICRCPatched != n-1 {
+		t.Fatalf("send stats %+v; want one %d-segment GSO batch", st, n)
+	}
+	unix.SetNonblock(tun, false)
+	buf := make([]byte, 65536)
+	var p wire.Packet
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; i < n; {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out reading the TUN device")
+		}
+		k, err := unix.Read(tun, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := buf[:k]
+		if f[0]>>4 != 4 || f[9] != unix.IPPROTO_UDP {
+			continue // router solicitations etc.
+		}
+		h := wire.IPv4(f)
+		if k != len(frames[i]) {
+			t.Fatalf("segment %d: %d bytes, want %d (not segmented?)", i, k, len(frames[i]))
+		}
+		if h.ID() != uint16(i) {
+			t.Errorf("segment %d: IP ID %d, want %d", i, h.ID(), i)
+		}
+		if err := p.Decode(f, wire.FramingIP); err != nil {
+			t.Errorf("segment %d (IP ID %d): %v", i, h.ID(), err)
+		}
+		if !linktest.Equivalent(f, frames[i], link.FormatIP) {
+			t.Errorf("segment %d differs from frame %d", i, i)
+		}
+		i++
+	}
+}
+
+type fakePeer struct {
+	link.Endpoint
+	addr netip.Addr
+}
+
+func (f *fakePeer) Addrs() []netip.Addr { return []netip.Addr{f.addr} }
+
+// TestSuperDatagramSplit checks that a GSO run over loopback (never
+// segmented) is sent as one super-datagram and split by the receiver.
+func TestSuperDatagramSplit(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		name, sa, da, extra := "ipv4", "127.0.0.1", "127.0.0.2", []string(nil)
+		if v6 {
+			name, sa, da, extra = "ipv6-gro", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}
+		}
+		t.Run(name, func(t *testing.T) {
+			ns := newNetNS(t, extra...)
+			a, b := openPair(t, ns, sa, da, func(c *Config) { c.GRO = true })
+			defer a.Close()
+			defer b.Close()
+			if !a.GSO() {
+				t.Skip("kernel has no UDP_SEGMENT")
+			}
+			frames := mustFrames(t, a, b, 0, 40, 1024)
+			if _, err := a.Write(frames, 0); err != nil {
+				t.Fatal(err)
+			}
+			bufs := make([][]byte, 64)
+			for i := range bufs {
+				bufs[i] = make([]byte, 2048)
+			}
+			sizes := make([]int, 64)
+			var p wire.Packet
+			for got := 0; got < len(frames); {
+				n, err := b.Read(bufs, sizes, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range n {
+					if err := p.Decode(bufs[i][:sizes[i]], wire.FramingIP); err != nil {
+						t.Fatalf("frame %d: %v", got, err)
+					}
+					got++
+				}
+			}
+			if st := a.Stats(); st.TxGSOBatches != 1 {
+				t.Errorf("sender %+v: want 1 GSO batch", st)
+			}
+			if st := b.Stats(); st.RxAggregates != 1 || st.RxFrames != 40 {
+				t.Errorf("receiver %+v: want 1 aggregate, 40 frames", st)
+			}
+		})
+	}
+}
+
+func TestWriteRejects(t *testing.T) {
+	ns := newNetNS(t)
+	a, b := openPair(t, ns, "127.0.0.1", "127.0.0.2", nil)
+	defer a.Close()
+	defer b.Close()
+	good := mustFrames(t, a, b, 0, 1, 64)[0]
+	for _, tc := range []struct {
+		name string
+		mod  func(f []byte)
+		want error
+	}{
+		{"src-ip", func(f []byte) { f[15] = 9 }, ErrNotOurSource},
+		{"src-port", func(f []byte) { f[21]++ }, ErrNotOurSource},
+		{"ip-id", func(f []byte) { f[5] = 1 }, ErrBadFrame},
+		{"no-df", func(f []byte) { f[6] = 0 }, ErrBadFrame},
+		{"ip-options", func(f []byte) { f[0] = 0x46 }, ErrBadFrame},
+		{"ip-length", func(f []byte) { f[3]++ }, ErrBadFrame},
+		{"udp-length", func(f []byte) { f[25]++ }, ErrBadFrame},
+		{"ipv6", func(f []byte) { f[0] = 0x60 }, ErrBadFrame},
+		{"short", nil, ErrBadFrame},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := a.Stats().TxRejected
+			f := append([]byte(nil), good...)
+			if tc.mod != nil {
+				tc.mod(f)
+			} else {
+				f = f[:30]
+			}
+			n, err := a.Write([][]byte{good, f, good}, 0)
+			if n != 1 || !errors.Is(err, tc.want) {
+				t.Fatalf("Write = %d, %v; want 1, %v", n, err, tc.want)
+			}
+			if a.Stats().TxRejected != before+1 {
+				t.Fatal("rejection not counted")
+			}
+		})
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	for _, c := range []Config{
+		{},
+		{Addr: netip.IPv4Unspecified()},
+		{Addr: netip.MustParseAddr("127.0.0.1"), BatchSize: -1},
+		{Addr: netip.MustParseAddr("192.0.2.77")}, // on no interface
+	} {
+		if e, err := Open(c); err == nil {
+			e.Close()
+			t.Errorf("Open(%+v) succeeded", c)
+		}
+	}
+}
+
+// TestZeroAllocs checks that Write and Read allocate nothing per batch, on
+// every path: sendmmsg, GSO with ICRC patching and splitting, IPv6.
+func TestZeroAllocs(t *testing.T) {
+	for _, tc := range []struct {
+		name, a, b string
+		extra      []string
+		mod        func(*Config)
+	}{
+		{"ipv4-gso", "127.0.0.1", "127.0.0.2", nil, nil},
+		{"ipv4-sendmmsg", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.NoGSO = true }},
+		{"ipv6", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}, nil},
+		{"ipv6-gro", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}, func(c *Config) { c.GRO = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNetNS(t, tc.extra...)
+			a, b := openPair(t, ns, tc.a, tc.b, tc.mod)
+			defer a.Close()
+			defer b.Close()
+			frames := mustFrames(t, a, b, 0, 32, 1024)
+			bufs := make([][]byte, 64)
+			for i := range bufs {
+				bufs[i] = make([]byte, 2048)
+			}
+			sizes := make([]int, 64)
+			cycle := func() {
+				if _, err := a.Write(frames, 0); err != nil {
+					t.Fatal(err)
+				}
+				for got := 0; got < len(frames); {
+					n, err := b.Read(bufs, sizes, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got += n
+				}
+			}
+			cycle()
+			if n := testing.AllocsPerRun(50, cycle); n != 0 {
+				t.Fatalf("%v allocations per 32-frame Write+Read", n)
+			}
+		})
+	}
+}
