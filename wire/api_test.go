@@ -201,7 +201,11 @@ func TestFinishDecodeRoundTrip(t *testing.T) {
 		f wire.Framing
 	}{
 		{testAddr(), wire.FramingEthernet},
-		{func() wire.Addr { a := testAddr(); a.VLAN, a.VLANTCI, a.UDPChecksum, a.TrafficClass = true, 0x2005, true, 0x1a; return a }(), wire.FramingEthernet},
+		{func() wire.Addr {
+			a := testAddr()
+			a.VLAN, a.VLANTCI, a.UDPChecksum, a.TrafficClass = true, 0x2005, true, 0x1a
+			return a
+		}(), wire.FramingEthernet},
 		{func() wire.Addr { a := testAddr(); a.UDPChecksum = true; return a }(), wire.FramingIP},
 		{wire.Addr{Kind: wire.KindRoCEv2IPv6, SrcIP: v6src, DstIP: v6dst, HopLimit: 64, FlowLabel: 0x1FACE, TrafficClass: 226, SrcPort: 0xC123, UDPChecksum: true}, wire.FramingIP},
 		{wire.Addr{Kind: wire.KindRoCEv2IPv6, SrcIP: v6src, DstIP: v6dst, HopLimit: 1, SrcPort: 0xC123}, wire.FramingEthernet},
