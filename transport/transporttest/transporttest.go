@@ -54,16 +54,28 @@ func (m *MR) SGE(off, n int) transport.SGE {
 // Memory is an MR table implementing transport.Memory. Keys follow rxe:
 // index << 8 | key byte.
 type Memory struct {
-	mu   sync.Mutex
-	mrs  map[uint32]*MR // by index
-	next uint32
+	mu    sync.Mutex
+	mrs   map[uint32]*MR // by index
+	rkeys map[bth.RKey]*MR
+	next  uint32
 }
 
 // NewMemory returns an empty MR table.
-func NewMemory() *Memory { return &Memory{mrs: make(map[uint32]*MR), next: 1} }
+func NewMemory() *Memory {
+	return &Memory{mrs: make(map[uint32]*MR), rkeys: make(map[bth.RKey]*MR), next: 1}
+}
 
 // Register allocates size bytes with guard zones and registers them in pd.
 func (m *Memory) Register(pd uint32, size int, access transport.Access) *MR {
+	m.mu.Lock()
+	idx := m.next
+	m.mu.Unlock()
+	return m.RegisterAt(pd, uint64(idx)<<32|0x1000, bth.RKey(idx<<8|0x22), size, access)
+}
+
+// RegisterAt registers size bytes at virtual address addr with R_Key rkey
+// (to replay a capture's addresses and keys).
+func (m *Memory) RegisterAt(pd uint32, addr uint64, rkey bth.RKey, size int, access transport.Access) *MR {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	idx := m.next
@@ -74,11 +86,12 @@ func (m *Memory) Register(pd uint32, size int, access transport.Access) *MR {
 		full[GuardLen+size+i] = guardByte
 	}
 	mr := &MR{
-		PD: pd, Addr: uint64(idx)<<32 | 0x1000, Buf: full[GuardLen : GuardLen+size : GuardLen+size],
-		Access: access, LKey: bth.LKey(idx<<8 | 0x11), RKey: bth.RKey(idx<<8 | 0x22),
+		PD: pd, Addr: addr, Buf: full[GuardLen : GuardLen+size : GuardLen+size],
+		Access: access, LKey: bth.LKey(idx<<8 | 0x11), RKey: rkey,
 		full: full, valid: true, rvalid: true,
 	}
 	m.mrs[idx] = mr
+	m.rkeys[rkey] = mr
 	return mr
 }
 
@@ -88,6 +101,7 @@ func (m *Memory) Deregister(mr *MR) {
 	defer m.mu.Unlock()
 	mr.valid = false
 	delete(m.mrs, uint32(mr.LKey)>>8)
+	delete(m.rkeys, mr.RKey)
 }
 
 // GuardsIntact reports whether no write went outside any MR.
@@ -105,9 +119,8 @@ func (m *Memory) GuardsIntact() bool {
 	return true
 }
 
-func (m *Memory) lookup(key uint32, want uint32, pd uint32, addr uint64, length uint32) (*MR, error) {
-	mr := m.mrs[key>>8]
-	if mr == nil || !mr.valid || key != want {
+func (m *Memory) check(mr *MR, pd uint32, addr uint64, length uint32) (*MR, error) {
+	if mr == nil || !mr.valid {
 		return nil, ErrBadKey
 	}
 	if mr.PD != pd {
@@ -124,10 +137,10 @@ func (m *Memory) Local(pd uint32, lkey bth.LKey, addr uint64, length uint32, nee
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mr := m.mrs[uint32(lkey)>>8]
-	if mr == nil {
-		return nil, ErrBadKey
+	if mr != nil && mr.LKey != lkey {
+		mr = nil
 	}
-	mr, err := m.lookup(uint32(lkey), uint32(mr.LKey), pd, addr, length)
+	mr, err := m.check(mr, pd, addr, length)
 	if err != nil {
 		return nil, err
 	}
@@ -142,11 +155,11 @@ func (m *Memory) Local(pd uint32, lkey bth.LKey, addr uint64, length uint32, nee
 func (m *Memory) Remote(pd uint32, rkey bth.RKey, addr uint64, length uint32, need transport.Access) ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mr := m.mrs[uint32(rkey)>>8]
+	mr := m.rkeys[rkey]
 	if mr == nil || !mr.rvalid {
 		return nil, ErrBadKey
 	}
-	mr, err := m.lookup(uint32(rkey), uint32(mr.RKey), pd, addr, length)
+	mr, err := m.check(mr, pd, addr, length)
 	if err != nil {
 		return nil, err
 	}
