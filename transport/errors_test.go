@@ -386,3 +386,25 @@ func TestSQDStartsNothingNew(t *testing.T) {
 	p.b.RQ.Post(2, dst.SGE(0, 4096))
 	p.run(2, 2)
 }
+
+// TestNAKAfterPipelinedRead: the responder answers a READ and then NAKs a
+// later request (SEND_WITH_INV naming an unknown R_Key). The READ response
+// queued before the NAK must still go out, so the requester completes the
+// READ successfully and only the SEND_WITH_INV fails.
+func TestNAKAfterPipelinedRead(t *testing.T) {
+	p := newPair(t, pairOpt{typ: transport.RC, conn: func(c *tt.Conn) { c.RetryCnt = 1 }})
+	loc := p.mem.Register(1, 4096, allAccess)
+	rem := p.mem.Register(2, 4096, allAccess)
+	fill(rem.Buf, 8)
+	p.b.RQ.Post(1, rem.SGE(0, 64))
+	p.a.QP.PostSend(0, &transport.SendWR{ID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{loc.SGE(0, 3000)}, RemoteAddr: rem.Addr, RKey: rem.RKey})
+	p.a.QP.PostSend(0, &transport.SendWR{ID: 2, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{loc.SGE(0, 10)}, InvRKey: 0xDEAD00})
+	p.run(2, 1)
+	wantStatuses(t, "A", p.a.SendCQ.Take(nil), transport.StatusSuccess, transport.StatusRemInvReqErr)
+	wantStatuses(t, "B", p.b.RecvCQ.Take(nil), transport.StatusRemInvReqErr)
+	if string(loc.Buf[:3000]) != string(rem.Buf[:3000]) {
+		t.Fatal("READ data")
+	}
+}

@@ -445,7 +445,8 @@ func (q *QP) FlushRecv() {
 // enterErr moves the QP to ERR: every outstanding send WQE completes with
 // WR_FLUSH_ERR (signaled or not), the receive WQE in progress and every WQE
 // of the QP's own receive queue too. Responder output already queued is
-// dropped except the NAK that caused the error, which is still sent.
+// dropped unless the responder's own NAK caused the error: then it and what
+// was queued before it are still sent (rxe sends the NAK, then errors).
 func (q *QP) enterErr() {
 	if q.state == StateErr {
 		return
@@ -458,7 +459,9 @@ func (q *QP) enterErr() {
 		q.wc = Completion{WRID: q.resp.wqe.ID, Status: StatusWRFlushErr, Opcode: WCRecv, QPN: q.cfg.QPN}
 		q.cfg.RecvCQ.Push(&q.wc)
 	}
-	q.resp.keepOnlyNAKs()
+	if !q.resp.drain {
+		q.resp.clearOutput()
+	}
 	q.FlushRecv()
 }
 

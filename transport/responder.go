@@ -75,6 +75,10 @@ type responder struct {
 
 	out             []outItem // ring, allocated on first use
 	outHead, outLen int
+	// drain: the QP entered ERR because the responder NAKed; what was
+	// queued before the NAK (answers to requests executed earlier) and the
+	// NAK itself are still sent, in order.
+	drain bool
 }
 
 func (r *responder) reset() {
@@ -89,6 +93,7 @@ func (r *responder) reset() {
 		r.out[i] = outItem{}
 	}
 	r.outHead, r.outLen = 0, 0
+	r.drain = false
 }
 
 func (r *responder) sglStorage(n int) []SGE {
@@ -141,17 +146,10 @@ func (r *responder) pop() {
 	r.outLen--
 }
 
-// keepOnlyNAKs drops queued output except NAKs (sent even in ERR: rxe sends
-// the NAK, then moves the QP to the error state).
-func (r *responder) keepOnlyNAKs() {
-	n := r.outLen
-	for i := 0; i < n; i++ {
-		it := r.out[r.outHead]
+// clearOutput drops all queued output.
+func (r *responder) clearOutput() {
+	for r.outLen > 0 {
 		r.pop()
-		if it.kind == outNAK {
-			r.out[(r.outHead+r.outLen)%len(r.out)] = it
-			r.outLen++
-		}
 	}
 }
 
@@ -160,11 +158,7 @@ func (q *QP) respTransmit(buf []byte) (int, bool) {
 	r := &q.resp
 	for r.outLen > 0 {
 		it := &r.out[r.outHead]
-		if q.state == StateErr && it.kind != outNAK {
-			r.pop()
-			continue
-		}
-		if q.state == StateReset || q.state == StateInit {
+		if (q.state == StateErr && !r.drain) || q.state == StateReset || q.state == StateInit {
 			r.pop()
 			continue
 		}
@@ -315,6 +309,7 @@ func (q *QP) nakErr(code bth.NAKCode, psn bth.PSN, wcStatus Status) {
 	r := &q.resp
 	q.stats.NAKsSent++
 	r.push(outItem{kind: outNAK, syndrome: bth.NAKSyndrome(code), psn: psn, msn: r.msn})
+	r.drain = true
 	if r.wqeValid {
 		r.wqeValid = false
 		q.wc = Completion{WRID: r.wqe.ID, Status: wcStatus, Opcode: WCRecv, QPN: q.cfg.QPN, ByteLen: r.wqeOff}
