@@ -254,7 +254,12 @@ func ParseVersion(b []byte) (Version, error) {
 			return Version{}, newParseError("version", "padding", b[n:], ErrTerminator)
 		}
 	}
-	return ParseVersionString(string(b[:n]))
+	v, err := ParseVersionString(string(b[:n]))
+	if err != nil {
+		// Report all 16 bytes: the text alone may be empty.
+		return Version{}, newParseError("version", "text", b, ErrVersion)
+	}
+	return v, nil
 }
 
 func (v Version) String() string { return v.text }
