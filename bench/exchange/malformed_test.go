@@ -3,7 +3,10 @@ package exchange_test
 import (
 	"errors"
 	"io"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/goroce/goroce/bench/exchange"
@@ -149,6 +152,62 @@ func TestSessionShortAndBad(t *testing.T) {
 			t.Errorf("we did not send done: %q", conn.out.String())
 		}
 	})
+}
+
+// TestCloseConnectionPeerGone: the peer resets the connection around the
+// final "done" (perftest closes with our "done" unread, so its kernel
+// answers with RST, as the captures show).
+func TestCloseConnectionPeerGone(t *testing.T) {
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	pipe := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		name     string
+		readErr  error
+		writeErr error
+		ok       bool
+	}{
+		{"reset on read", reset, nil, true},
+		{"broken pipe on write", nil, pipe, true},
+		{"timeout on read", timeout, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &faulty{in: strings.NewReader(goodKey), readErr: tc.readErr, writeErr: tc.writeErr, writesOK: 1}
+			s, _ := exchange.NewPerftestSession(c, exchange.PerftestConfig{Role: exchange.Client})
+			_, err := s.CloseConnection(exchange.PerftestDest{})
+			if (err == nil) != tc.ok {
+				t.Errorf("err = %v, want ok=%v", err, tc.ok)
+			}
+			if !tc.ok && !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("err = %v does not wrap the deadline error", err)
+			}
+		})
+	}
+}
+
+// faulty plays a peer stream, then fails reads with readErr; writes after
+// the first writesOK fail with writeErr (when set).
+type faulty struct {
+	in       io.Reader
+	readErr  error
+	writeErr error
+	writesOK int
+}
+
+func (c *faulty) Read(b []byte) (int, error) {
+	n, err := c.in.Read(b)
+	if err == io.EOF && c.readErr != nil {
+		return n, c.readErr
+	}
+	return n, err
+}
+
+func (c *faulty) Write(b []byte) (int, error) {
+	if c.writesOK == 0 && c.writeErr != nil {
+		return 0, c.writeErr
+	}
+	c.writesOK--
+	return len(b), nil
 }
 
 // scripted is a connection whose peer sends a fixed byte stream and then
