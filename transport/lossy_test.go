@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
 	tt "github.com/goroce/goroce/transport/transporttest"
 )
@@ -17,13 +16,28 @@ import (
 // duplication and 10% reordering, with the PSNs starting near 2^24, and
 // checks that every WR completes exactly once, in order, successfully, with
 // the right data; that every receive completes in order with the right
-// data; and that each atomic executed exactly once. -short runs 10,000.
+// data; and that each atomic executed exactly once. -short runs 10,000,
+// the race detector 30,000.
 func TestLossyMixed(t *testing.T) {
 	n := 100000
+	if raceEnabled {
+		n = 30000
+	}
 	if testing.Short() {
 		n = 10000
 	}
-	runLossy(t, n, 42, tt.Faults{Loss: 0.05, Corrupt: 0.01, Dup: 0.02, Reorder: 0.10, Delay: 2000, Jitter: 20000})
+	runLossy(t, [2]int{n, 0}, 42, tt.Faults{Loss: 0.05, Corrupt: 0.01, Dup: 0.02, Reorder: 0.10, Delay: 2000, Jitter: 20000})
+}
+
+// TestLossyBidirectional runs mixed traffic both ways at once over the same
+// faulty wire, so each QP's requester, completer and responder interleave
+// (ACKs and READ responses queued behind and ahead of requests).
+func TestLossyBidirectional(t *testing.T) {
+	n := 20000
+	if testing.Short() || raceEnabled {
+		n = 4000
+	}
+	runLossy(t, [2]int{n, n}, 7, tt.Faults{Loss: 0.05, Corrupt: 0.01, Dup: 0.02, Reorder: 0.10, Delay: 2000, Jitter: 20000})
 }
 
 const (
@@ -39,22 +53,33 @@ type lossMsg struct {
 	seed uint64
 }
 
-func runLossy(t *testing.T, n int, seed uint64, f tt.Faults) {
-	p := newPair(t, pairOpt{typ: transport.RC, psnA: 0xFFF000, psnB: 0xFFFF80, depth: 128, seed: seed, faults: f,
-		conn: func(c *tt.Conn) { c.Timeout = 8; c.MinRNRTimer = 1 }})
-	rng := rand.New(rand.NewPCG(seed, 7))
-	aLocal := p.mem.Register(1, lossSlots*lossSlot, allAccess)  // A: send source / read target
-	bRemote := p.mem.Register(2, lossSlots*lossSlot, allAccess) // B: write target
-	bSource := p.mem.Register(2, lossSlots*lossSlot, allAccess) // B: read source (fixed)
-	bRecv := p.mem.Register(2, lossSlots*lossSlot, allAccess)   // B: receive buffers
-	counter := p.mem.Register(2, 16, allAccess)
-	fill(bSource.Buf, 1234)
+// lossDir is the workload and checker of one direction (from → to).
+type lossDir struct {
+	t                                          *testing.T
+	from, to                                   *tt.Side
+	local, remote, source, recv, counter       *tt.MR
+	msgs                                       []lossMsg
+	recvOrder                                  []int
+	fetchAdds                                  uint64
+	posted, completed, recvPosted, recvDone, n int
+	wcs                                        []transport.Completion
+	tmp                                        []byte
+	seedBase                                   uint64
+}
 
-	msgs := make([]lossMsg, n)
-	var recvOrder []int // message indices that consume a receive WQE, in order
+func newLossDir(t *testing.T, mem *tt.Memory, from, to *tt.Side, n int, seed uint64) *lossDir {
+	d := &lossDir{t: t, from: from, to: to, n: n, tmp: make([]byte, lossSlot), seedBase: seed << 32}
+	d.local = mem.Register(from.PD, lossSlots*lossSlot, allAccess) // send source / read target
+	d.remote = mem.Register(to.PD, lossSlots*lossSlot, allAccess)  // write target
+	d.source = mem.Register(to.PD, lossSlots*lossSlot, allAccess)  // read source (fixed)
+	d.recv = mem.Register(to.PD, lossSlots*lossSlot, allAccess)    // receive buffers
+	d.counter = mem.Register(to.PD, 16, allAccess)
+	fill(d.source.Buf, seed+1234)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	d.msgs = make([]lossMsg, n)
 	ops := []transport.WROpcode{transport.WRSend, transport.WRSendWithImm, transport.WRRDMAWrite,
 		transport.WRRDMAWriteWithImm, transport.WRRDMARead, transport.WRAtomicFetchAndAdd, transport.WRAtomicCmpAndSwp}
-	for i := range msgs {
+	for i := range d.msgs {
 		op := ops[rng.IntN(len(ops))]
 		size := rng.IntN(lossSlot + 1)
 		if rng.IntN(2) == 0 {
@@ -63,133 +88,155 @@ func runLossy(t *testing.T, n int, seed uint64, f tt.Faults) {
 		if op == transport.WRAtomicFetchAndAdd || op == transport.WRAtomicCmpAndSwp {
 			size = 8
 		}
-		msgs[i] = lossMsg{op: op, size: size, slot: i % lossSlots, seed: uint64(i)}
+		d.msgs[i] = lossMsg{op: op, size: size, slot: i % lossSlots, seed: d.seedBase + uint64(i)}
 		if op == transport.WRSend || op == transport.WRSendWithImm || op == transport.WRRDMAWriteWithImm {
-			recvOrder = append(recvOrder, i)
+			d.recvOrder = append(d.recvOrder, i)
 		}
 	}
-	var fetchAdds, casDone uint64
-	posted, completed, recvPosted, recvDone := 0, 0, 0, 0
-	var wcs []transport.Completion
-	tmp := make([]byte, lossSlot)
-	for completed < n {
-		for posted < n && posted-completed < lossWindow {
-			m := &msgs[posted]
-			wr := transport.SendWR{ID: uint64(posted), Opcode: m.op, Flags: transport.SendSignaled, Imm: uint32(posted)}
-			off := m.slot * lossSlot
-			switch m.op {
-			case transport.WRSend, transport.WRSendWithImm, transport.WRRDMAWrite, transport.WRRDMAWriteWithImm:
-				fill(aLocal.Buf[off:off+m.size], m.seed)
-				wr.SGL = splitSGL(aLocal, off, m.size)
-				wr.RemoteAddr, wr.RKey = bRemote.Addr+uint64(off), bRemote.RKey
-			case transport.WRRDMARead:
-				wr.SGL = splitSGL(aLocal, off, m.size)
-				wr.RemoteAddr, wr.RKey = bSource.Addr+uint64(off), bSource.RKey
-			case transport.WRAtomicFetchAndAdd:
-				wr.SGL = []transport.SGE{aLocal.SGE(off, 8)}
-				wr.RemoteAddr, wr.RKey, wr.CompareAdd = counter.Addr, counter.RKey, 1
-			case transport.WRAtomicCmpAndSwp:
-				// Swap counter+1<<32... keep it simple: compare against a
-				// value that never matches, so the target is unchanged but
-				// the original value comes back.
-				wr.SGL = []transport.SGE{aLocal.SGE(off, 8)}
-				wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = counter.Addr+8, counter.RKey, 1<<62, 5
-			}
-			if err := p.a.QP.PostSend(p.w.Now, &wr); err != nil {
-				t.Fatalf("post %d: %v", posted, err)
-			}
-			posted++
+	return d
+}
+
+func (d *lossDir) done() bool { return d.completed == d.n && d.recvDone == len(d.recvOrder) }
+
+// post keeps lossWindow WRs outstanding and the peer's receive queue fed.
+func (d *lossDir) post(now transport.Time) {
+	t := d.t
+	for d.posted < d.n && d.posted-d.completed < lossWindow {
+		m := &d.msgs[d.posted]
+		wr := transport.SendWR{ID: uint64(d.posted), Opcode: m.op, Flags: transport.SendSignaled, Imm: uint32(d.posted)}
+		off := m.slot * lossSlot
+		switch m.op {
+		case transport.WRSend, transport.WRSendWithImm, transport.WRRDMAWrite, transport.WRRDMAWriteWithImm:
+			fill(d.local.Buf[off:off+m.size], m.seed)
+			wr.SGL = splitSGL(d.local, off, m.size)
+			wr.RemoteAddr, wr.RKey = d.remote.Addr+uint64(off), d.remote.RKey
+		case transport.WRRDMARead:
+			wr.SGL = splitSGL(d.local, off, m.size)
+			wr.RemoteAddr, wr.RKey = d.source.Addr+uint64(off), d.source.RKey
+		case transport.WRAtomicFetchAndAdd:
+			wr.SGL = []transport.SGE{d.local.SGE(off, 8)}
+			wr.RemoteAddr, wr.RKey, wr.CompareAdd = d.counter.Addr, d.counter.RKey, 1
+		case transport.WRAtomicCmpAndSwp:
+			// The compare value never matches: the target stays 0 and the
+			// original value 0 comes back.
+			wr.SGL = []transport.SGE{d.local.SGE(off, 8)}
+			wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap = d.counter.Addr+8, d.counter.RKey, 1<<62, 5
 		}
-		for p.b.RQ.Len() < 16 && recvPosted < len(recvOrder) {
-			slot := recvPosted % lossSlots
-			p.b.RQ.Post(uint64(recvPosted), bRecv.SGE(slot*lossSlot, lossSlot/2), bRecv.SGE(slot*lossSlot+lossSlot/2, lossSlot/2))
-			recvPosted++
+		if err := d.from.QP.PostSend(now, &wr); err != nil {
+			t.Fatalf("post %d: %v", d.posted, err)
+		}
+		d.posted++
+	}
+	for d.to.RQ.Len() < 16 && d.recvPosted < len(d.recvOrder) {
+		slot := d.recvPosted % lossSlots
+		d.to.RQ.Post(uint64(d.recvPosted), d.recv.SGE(slot*lossSlot, lossSlot/2), d.recv.SGE(slot*lossSlot+lossSlot/2, lossSlot/2))
+		d.recvPosted++
+	}
+}
+
+// check consumes and verifies completions on both ends.
+func (d *lossDir) check() {
+	t := d.t
+	d.wcs = d.to.RecvCQ.Take(d.wcs)
+	for _, wc := range d.wcs {
+		if wc.WRID != uint64(d.recvDone) || wc.Status != transport.StatusSuccess {
+			t.Fatalf("recv completion %d: %+v", d.recvDone, wc)
+		}
+		mi := d.recvOrder[d.recvDone]
+		m := &d.msgs[mi]
+		slot := d.recvDone % lossSlots
+		fill(d.tmp[:m.size], m.seed)
+		switch m.op {
+		case transport.WRRDMAWriteWithImm:
+			if wc.Opcode != transport.WCRecvRDMAWithImm || wc.ByteLen != uint32(m.size) || wc.Imm != uint32(mi) {
+				t.Fatalf("recv %d (msg %d WRITE_IMM): %+v", d.recvDone, mi, wc)
+			}
+			if off := m.slot * lossSlot; !bytes.Equal(d.remote.Buf[off:off+m.size], d.tmp[:m.size]) {
+				t.Fatalf("msg %d WRITE_IMM data wrong at recv completion", mi)
+			}
+		default:
+			if wc.Opcode != transport.WCRecv || wc.ByteLen != uint32(m.size) {
+				t.Fatalf("recv %d (msg %d %v): %+v", d.recvDone, mi, m.op, wc)
+			}
+			if m.op == transport.WRSendWithImm && (wc.Flags&transport.WCWithImm == 0 || wc.Imm != uint32(mi)) {
+				t.Fatalf("recv %d: imm %+v", d.recvDone, wc)
+			}
+			if off := slot * lossSlot; !bytes.Equal(d.recv.Buf[off:off+m.size], d.tmp[:m.size]) {
+				t.Fatalf("msg %d SEND data wrong", mi)
+			}
+		}
+		d.recvDone++
+	}
+	d.wcs = d.from.SendCQ.Take(d.wcs)
+	for _, wc := range d.wcs {
+		if wc.WRID != uint64(d.completed) || wc.Status != transport.StatusSuccess {
+			t.Fatalf("send completion %d: %+v (stats %+v)", d.completed, wc, *d.from.QP.Stats())
+		}
+		m := &d.msgs[d.completed]
+		off := m.slot * lossSlot
+		switch m.op {
+		case transport.WRRDMAWrite, transport.WRRDMAWriteWithImm:
+			fill(d.tmp[:m.size], m.seed)
+			if !bytes.Equal(d.remote.Buf[off:off+m.size], d.tmp[:m.size]) {
+				t.Fatalf("msg %d WRITE data wrong", d.completed)
+			}
+		case transport.WRRDMARead:
+			if !bytes.Equal(d.local.Buf[off:off+m.size], d.source.Buf[off:off+m.size]) {
+				t.Fatalf("msg %d READ data wrong", d.completed)
+			}
+		case transport.WRAtomicFetchAndAdd:
+			if got := binary.NativeEndian.Uint64(d.local.Buf[off:]); got != d.fetchAdds {
+				t.Fatalf("msg %d FETCH_ADD returned %d, want %d (executed twice or lost)", d.completed, got, d.fetchAdds)
+			}
+			d.fetchAdds++
+		case transport.WRAtomicCmpAndSwp:
+			if got := binary.NativeEndian.Uint64(d.local.Buf[off:]); got != 0 {
+				t.Fatalf("msg %d CMP_SWAP returned %d, want 0", d.completed, got)
+			}
+		}
+		d.completed++
+	}
+}
+
+func runLossy(t *testing.T, n [2]int, seed uint64, f tt.Faults) {
+	p := newPair(t, pairOpt{typ: transport.RC, psnA: 0xFFF000, psnB: 0xFFFF80, depth: 128, seed: seed, faults: f,
+		conn: func(c *tt.Conn) { c.Timeout = 8; c.MinRNRTimer = 1 }})
+	dirs := []*lossDir{newLossDir(t, p.mem, p.a, p.b, n[0], seed)}
+	if n[1] > 0 {
+		dirs = append(dirs, newLossDir(t, p.mem, p.b, p.a, n[1], seed+1))
+	}
+	for {
+		all := true
+		for _, d := range dirs {
+			d.post(p.w.Now)
+			all = all && d.done()
+		}
+		if all {
+			break
 		}
 		if !p.w.Step() {
-			t.Fatalf("wire idle with %d/%d completed; A %v %+v B %v %+v", completed, n, p.a.QP.State(), *p.a.QP.Stats(),
-				p.b.QP.State(), *p.b.QP.Stats())
+			t.Fatalf("wire idle; A %v %+v B %v %+v", p.a.QP.State(), *p.a.QP.Stats(), p.b.QP.State(), *p.b.QP.Stats())
 		}
 		if p.w.Now > 3600e9 {
-			t.Fatalf("virtual time ran past an hour with %d/%d completed", completed, n)
+			t.Fatalf("virtual time ran past an hour")
 		}
-		wcs = p.b.RecvCQ.Take(wcs)
-		for _, wc := range wcs {
-			if wc.WRID != uint64(recvDone) || wc.Status != transport.StatusSuccess {
-				t.Fatalf("recv completion %d: %+v", recvDone, wc)
-			}
-			mi := recvOrder[recvDone]
-			m := &msgs[mi]
-			slot := recvDone % lossSlots
-			switch m.op {
-			case transport.WRRDMAWriteWithImm:
-				if wc.Opcode != transport.WCRecvRDMAWithImm || wc.ByteLen != uint32(m.size) || wc.Imm != uint32(mi) {
-					t.Fatalf("recv %d (msg %d WRITE_IMM): %+v", recvDone, mi, wc)
-				}
-				fill(tmp[:m.size], m.seed)
-				if off := m.slot * lossSlot; !bytes.Equal(bRemote.Buf[off:off+m.size], tmp[:m.size]) {
-					t.Fatalf("msg %d WRITE_IMM data wrong at recv completion", mi)
-				}
-			default:
-				if wc.Opcode != transport.WCRecv || wc.ByteLen != uint32(m.size) {
-					t.Fatalf("recv %d (msg %d %v): %+v", recvDone, mi, m.op, wc)
-				}
-				if m.op == transport.WRSendWithImm && (wc.Flags&transport.WCWithImm == 0 || wc.Imm != uint32(mi)) {
-					t.Fatalf("recv %d: imm %+v", recvDone, wc)
-				}
-				fill(tmp[:m.size], m.seed)
-				if off := slot * lossSlot; !bytes.Equal(bRecv.Buf[off:off+m.size], tmp[:m.size]) {
-					t.Fatalf("msg %d SEND data wrong", mi)
-				}
-			}
-			recvDone++
-		}
-		wcs = p.a.SendCQ.Take(wcs)
-		for _, wc := range wcs {
-			if wc.WRID != uint64(completed) || wc.Status != transport.StatusSuccess {
-				t.Fatalf("send completion %d: %+v (A %+v)", completed, wc, *p.a.QP.Stats())
-			}
-			m := &msgs[completed]
-			off := m.slot * lossSlot
-			switch m.op {
-			case transport.WRRDMAWrite, transport.WRRDMAWriteWithImm:
-				fill(tmp[:m.size], m.seed)
-				if !bytes.Equal(bRemote.Buf[off:off+m.size], tmp[:m.size]) {
-					t.Fatalf("msg %d WRITE data wrong", completed)
-				}
-			case transport.WRRDMARead:
-				if !bytes.Equal(aLocal.Buf[off:off+m.size], bSource.Buf[off:off+m.size]) {
-					t.Fatalf("msg %d READ data wrong", completed)
-				}
-			case transport.WRAtomicFetchAndAdd:
-				if got := binary.NativeEndian.Uint64(aLocal.Buf[off:]); got != fetchAdds {
-					t.Fatalf("msg %d FETCH_ADD returned %d, want %d (executed twice or lost)", completed, got, fetchAdds)
-				}
-				fetchAdds++
-			case transport.WRAtomicCmpAndSwp:
-				if got := binary.NativeEndian.Uint64(aLocal.Buf[off:]); got != 0 {
-					t.Fatalf("msg %d CMP_SWAP returned %d, want 0", completed, got)
-				}
-				casDone++
-			}
-			completed++
+		for _, d := range dirs {
+			d.check()
 		}
 	}
-	if got := binary.NativeEndian.Uint64(counter.Buf); got != fetchAdds {
-		t.Fatalf("counter %d after %d FETCH_ADDs", got, fetchAdds)
-	}
-	if recvDone != len(recvOrder) {
-		// The last receives complete before the last send completions.
-		p.w.Run(func() bool { return p.b.RecvCQ.Len() >= len(recvOrder)-recvDone }, p.w.Now+10e9)
+	for _, d := range dirs {
+		if got := binary.NativeEndian.Uint64(d.counter.Buf); got != d.fetchAdds {
+			t.Fatalf("counter %d after %d FETCH_ADDs", got, d.fetchAdds)
+		}
 	}
 	if !p.mem.GuardsIntact() {
 		t.Fatal("guard bytes overwritten")
 	}
 	sa, sb := p.a.QP.Stats(), p.b.QP.Stats()
-	t.Logf("%d messages, virtual %.3fs; wire %+v", n, float64(p.w.Now)/1e9, p.w.Stats)
+	t.Logf("%v messages, virtual %.3fs; wire %+v", n, float64(p.w.Now)/1e9, p.w.Stats)
 	t.Logf("A: %+v", *sa)
 	t.Logf("B: %+v", *sb)
 	if sa.TxRetransmits == 0 || sb.RxDuplicateRequests == 0 {
 		t.Fatalf("faults did not exercise retransmission")
 	}
-	_ = bth.PSN(0)
 }
