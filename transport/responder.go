@@ -708,6 +708,14 @@ func (q *QP) ucRequest(h bth.Header, oi *bth.OpInfo, pkt, payload []byte) {
 	r := &q.resp
 	psn := h.PSN()
 	start := oi.Has(bth.FlagFirst)
+	if psn.Less(r.psn) {
+		// Behind the expected PSN: a duplicate or a straggler overtaken by
+		// later messages. rxe accepts an old FIRST/ONLY and so may deliver
+		// a UC message twice or out of order; we drop it.
+		q.stats.RxDuplicateRequests++
+		q.stats.RxDropped++
+		return
+	}
 	if psn != r.psn || r.ucDrop {
 		if psn != r.psn {
 			q.stats.RxOutOfSequence++

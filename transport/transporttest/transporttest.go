@@ -475,6 +475,9 @@ func (w *Wire) Step() bool {
 	return true
 }
 
+// InFlight returns the number of packets on the wire.
+func (w *Wire) InFlight() int { return len(w.q) }
+
 // Run steps until done reports true, the wire goes idle, or the virtual
 // clock passes limit. It reports whether done became true.
 func (w *Wire) Run(done func() bool, limit transport.Time) bool {
