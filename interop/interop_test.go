@@ -1,0 +1,888 @@
+//go:build interop
+
+// The interop driver. It boots the VM once (TestMain), runs the checks and the matrix as
+// subtests, records every run in .cache/results/results.tsv and prints the table.
+// Run it through run.sh / `make interop` (which also maps the outcome to exit codes);
+// directly: sudo go test -tags interop -v -count=1 -timeout 90m ./interop
+//
+// Environment: GOROCE_INTEROP_NO_BUILD=1 skips build.sh (image must exist);
+// GOROCE_INTEROP_KEEP=1 leaves the VM running afterwards; GOROCE_INTEROP_CASES=a,b runs
+// only those matrix cases.
+
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/interop/agentproto"
+)
+
+// harness is the state shared by all tests.
+type harness struct {
+	dir      string // interop/
+	cache    string // interop/.cache
+	share    string // 9p share, /mnt/host in the guest
+	logs     string
+	caps     string
+	agent    *agentproto.Client
+	goroce   string          // path of the goroce binary, "" if it does not build
+	goroceEr string          // why there is no goroce binary
+	subs     map[string]bool // goroce subcommands
+	linkMTU  int             // current VM link MTU
+	vethMTU  int             // MTU of the rxe veth pair in the guest, 0 = not up
+}
+
+var (
+	h       *harness
+	resMu   sync.Mutex
+	results []Row
+	order   = map[string]int{} // matrix case name -> position in the table
+)
+
+// rank orders the table: build, boot, boot checks, loss check, the matrix in Matrix order.
+func rank(name string) int {
+	switch {
+	case name == "harness" || name == "build":
+		return 0
+	case name == "boot":
+		return 1
+	case name == "goroce binary":
+		return 2
+	case strings.HasPrefix(name, "boot: "):
+		return 3
+	case strings.HasPrefix(name, "loss"):
+		return 4
+	case strings.HasPrefix(name, "boot ("):
+		return 1 << 20
+	}
+	if i, ok := order[name]; ok {
+		return 10 + i
+	}
+	return 1 << 21
+}
+
+func addRow(r Row) {
+	resMu.Lock()
+	defer resMu.Unlock()
+	results = append(results, r)
+}
+
+func TestMain(m *testing.M) { os.Exit(mainRun(m)) }
+
+func mainRun(m *testing.M) int {
+	dir, _ := os.Getwd()
+	h = &harness{dir: dir, cache: filepath.Join(dir, ".cache")}
+	h.share = filepath.Join(h.cache, "share")
+	h.logs = filepath.Join(h.cache, "logs")
+	h.caps = filepath.Join(h.share, "captures")
+	resDir := filepath.Join(h.cache, "results")
+	_ = os.RemoveAll(h.logs)
+	for _, d := range []string{h.logs, h.caps, resDir} {
+		_ = os.MkdirAll(d, 0o755)
+	}
+	_ = os.Remove(filepath.Join(resDir, "results.tsv"))
+	_ = os.Remove(filepath.Join(resDir, "exit-code"))
+	for i, c := range Matrix {
+		order[c.Name] = i
+	}
+	finish := func(code int) int {
+		resMu.Lock()
+		rows := append([]Row(nil), results...)
+		resMu.Unlock()
+		sort.SliceStable(rows, func(i, j int) bool { return rank(rows[i].Case) < rank(rows[j].Case) })
+		f, err := os.Create(filepath.Join(resDir, "results.tsv"))
+		if err == nil {
+			_ = WriteTSV(f, rows)
+			f.Close()
+		}
+		table := FormatTable(rows)
+		_ = os.WriteFile(filepath.Join(resDir, "table.txt"), []byte(table), 0o644)
+		fmt.Print("\n" + table)
+		if code != ExitHarness {
+			if rc := ExitCode(rows); rc != ExitPass && code == ExitPass || rc == ExitFail {
+				code = rc
+			}
+		}
+		// run.sh exits with this; go test itself only knows pass/fail.
+		_ = os.WriteFile(filepath.Join(resDir, "exit-code"), []byte(strconv.Itoa(code)+"\n"), 0o644)
+		return code
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "interop: must run as root (netns, tap, qemu, debootstrap)")
+		addRow(Row{Case: "harness", Direction: "-", Result: Fail, Detail: "not root"})
+		return finish(ExitHarness)
+	}
+	// Clean up on SIGINT/SIGTERM too: the VM, the netns, our tcpdumps.
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigc
+		fmt.Fprintln(os.Stderr, "interop: interrupted, tearing down")
+		h.down()
+		os.Exit(ExitHarness)
+	}()
+
+	if os.Getenv("GOROCE_INTEROP_NO_BUILD") == "" {
+		t0 := time.Now()
+		if out, err := h.script("build.sh"); err != nil {
+			fmt.Fprintf(os.Stderr, "interop: build.sh failed: %v\n%s\n", err, tail(out, 30))
+			addRow(Row{Case: "build", Direction: "-", Result: Fail, Seconds: since(t0), Detail: "build.sh: " + err.Error()})
+			return finish(ExitHarness)
+		}
+		addRow(Row{Case: "build", Direction: "-", Result: Pass, Seconds: since(t0), Detail: "image cached in interop/.cache"})
+	}
+	h.buildGoroce()
+	if h.goroce != "" {
+		addRow(Row{Case: "goroce binary", Direction: "-", Result: Pass, Detail: "subcommands: " + strings.Join(sortedKeys(h.subs), " ")})
+	} else {
+		addRow(Row{Case: "goroce binary", Direction: "-", Result: NotRun, Detail: h.goroceEr})
+	}
+	if err := h.boot(1500); err != nil {
+		fmt.Fprintln(os.Stderr, "interop: the VM did not boot:", err)
+		h.down()
+		return finish(ExitHarness)
+	}
+	code := m.Run()
+	if os.Getenv("GOROCE_INTEROP_KEEP") == "" {
+		h.down()
+	}
+	if code != 0 {
+		code = ExitFail
+	}
+	return finish(code)
+}
+
+func since(t time.Time) float64 { return time.Since(t).Seconds() }
+
+func sortedKeys(m map[string]bool) []string {
+	var k []string
+	for s := range m {
+		k = append(k, s)
+	}
+	sort.Strings(k)
+	return k
+}
+
+func tail(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// script runs one of the harness scripts with extra environment, output to a log too.
+func (h *harness) script(name string, env ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(h.dir, name))
+	cmd.Env = append(os.Environ(), env...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	_ = os.WriteFile(filepath.Join(h.logs, strings.TrimSuffix(name, ".sh")+".log"), buf.Bytes(), 0o644)
+	return buf.String(), err
+}
+
+func (h *harness) boot(mtu int) error {
+	t0 := time.Now()
+	out, err := h.script("up.sh", fmt.Sprintf("GOROCE_INTEROP_MTU=%d", mtu))
+	name := "boot"
+	if mtu != 1500 {
+		name = fmt.Sprintf("boot (link MTU %d)", mtu)
+	}
+	if err != nil {
+		addRow(Row{Case: name, Direction: "-", Result: Fail, Seconds: since(t0), Detail: "up.sh: " + err.Error()})
+		fmt.Fprintln(os.Stderr, tail(out, 40))
+		return err
+	}
+	accel, _ := os.ReadFile(filepath.Join(h.cache, "run", "accel"))
+	addRow(Row{Case: name, Direction: "-", Result: Pass, Seconds: since(t0),
+		Detail: fmt.Sprintf("qemu %s to agent ready; link MTU %d", strings.TrimSpace(string(accel)), mtu)})
+	h.agent = &agentproto.Client{RunDir: filepath.Join(h.cache, "run")}
+	h.linkMTU, h.vethMTU = mtu, 0
+	return nil
+}
+
+func (h *harness) down() {
+	h.stopHostTcpdumps()
+	if out, err := h.script("down.sh"); err != nil {
+		fmt.Fprintf(os.Stderr, "interop: down.sh: %v\n%s\n", err, out)
+	}
+}
+
+// buildGoroce builds ./cmd/goroce and lists its subcommands with `goroce help`.
+func (h *harness) buildGoroce() {
+	h.subs = map[string]bool{}
+	bin := filepath.Join(h.cache, "bin", "goroce")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/goroce")
+	cmd.Dir = filepath.Dir(h.dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		h.goroceEr = "no goroce binary: go build ./cmd/goroce: " + firstLine(string(out))
+		return
+	}
+	out, err := exec.Command(bin, "help").CombinedOutput()
+	if err != nil {
+		h.goroceEr = "goroce help failed: " + err.Error()
+		return
+	}
+	h.goroce = bin
+	h.subs = Subcommands(string(out))
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// guest runs a command line in the VM and returns its combined output and exit status.
+func (h *harness) guest(ctx context.Context, script string) (string, int, error) {
+	var buf syncBuffer
+	ex, err := h.agent.Run(ctx, agentproto.Request{Script: script}, nil, &buf, &buf)
+	return buf.String(), ex.Code, err
+}
+
+// mustGuest runs a command in the VM and fails the test unless it exits 0.
+func mustGuest(t *testing.T, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code, err := h.guest(ctx, script)
+	if err != nil || code != 0 {
+		t.Fatalf("guest %q: exit %d, %v\n%s", script, code, err, out)
+	}
+	return out
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// record adds the row of a subtest when it ends (pass, fail, or skip = not run).
+func record(t *testing.T, name, dir string, t0 time.Time, detail *string) {
+	res := Pass
+	switch {
+	case t.Failed():
+		res = Fail
+	case t.Skipped():
+		res = NotRun
+	}
+	addRow(Row{Case: name, Direction: dir, Result: res, Seconds: since(t0), Detail: *detail})
+}
+
+func TestBoot(t *testing.T) {
+	cases := []struct {
+		name, cmd string
+		want      []*regexp.Regexp
+	}{
+		{"ibv_devinfo -d rxe0", "ibv_devinfo -d rxe0", []*regexp.Regexp{
+			regexp.MustCompile(`state:\s+PORT_ACTIVE`), regexp.MustCompile(`active_mtu:\s+1024 \(3\)`),
+			regexp.MustCompile(`link_layer:\s+Ethernet`)}},
+		{"rdma link", "rdma link show", []*regexp.Regexp{
+			regexp.MustCompile(`link rxe0/1 state ACTIVE physical_state LINK_UP netdev eth0`)}},
+		{"show_gids", "show_gids", []*regexp.Regexp{
+			regexp.MustCompile(`rxe0\s+1\s+1\s+0000:0000:0000:0000:0000:ffff:0a42:0002\s+10\.66\.0\.2\s+v2`)}},
+		{"ping " + GuestIP, "", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t0, detail := time.Now(), ""
+			defer record(t, "boot: "+tc.name, "-", t0, &detail)
+			if tc.cmd == "" { // host netns -> VM reachability
+				out, err := exec.Command("ip", "netns", "exec", NetNS, "ping", "-c", "2", "-W", "3", GuestIP).CombinedOutput()
+				if err != nil {
+					t.Fatalf("ping: %v\n%s", err, out)
+				}
+				return
+			}
+			out := mustGuest(t, tc.cmd)
+			for _, re := range tc.want {
+				if !re.MatchString(out) {
+					detail = "missing " + re.String()
+					t.Errorf("%s: output lacks %q:\n%s", tc.cmd, re, out)
+				}
+			}
+		})
+	}
+}
+
+// TestLossInjection proves the 1% loss used by the *_loss cases really drops UDP 4791 in
+// both directions on the VM's tap (nft counters), with plain UDP datagrams.
+func TestLossInjection(t *testing.T) {
+	t0, detail := time.Now(), ""
+	defer record(t, "loss injection (nft 1%)", "-", t0, &detail)
+	if err := h.lossOn(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.lossOff()
+	const n = 3000
+	// VM -> host: bash /dev/udp, one datagram per iteration
+	mustGuest(t, fmt.Sprintf(`bash -c 'for ((i=0;i<%d;i++)); do echo x > /dev/udp/%s/4791 || exit 1; done'`, n, HostIP))
+	// host -> VM
+	out, err := exec.Command("ip", "netns", "exec", NetNS, "bash", "-c",
+		fmt.Sprintf(`for ((i=0;i<%d;i++)); do echo x > /dev/udp/%s/4791 || exit 1; done`, n, GuestIP)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("host sender: %v\n%s", err, out)
+	}
+	seenIn, dropIn, seenOut, dropOut, err := h.lossCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	detail = fmt.Sprintf("VM->host %d/%d dropped, host->VM %d/%d dropped", dropIn, seenIn, dropOut, seenOut)
+	t.Log(detail)
+	// Binomial(3000, 0.01): mean 30, sd 5.4; [5, 75] fails by chance with p < 1e-6.
+	for _, c := range [][3]int{{seenIn, dropIn, 0}, {seenOut, dropOut, 1}} {
+		if c[0] != n || c[1] < 5 || c[1] > 75 {
+			t.Errorf("direction %d: %d of %d datagrams dropped, want %d seen and ~1%% dropped", c[2], c[1], c[0], n)
+		}
+	}
+}
+
+const lossTable = "goroce_interop_loss"
+
+// lossOn installs 1% random loss of UDP 4791 on the VM's tap, both directions. The host
+// kernel has no netem, so it is nftables' numgen; netdev ingress/egress hooks see every
+// frame of the VM whatever link type goroce uses (UDP, AF_PACKET, tap, routed tun).
+func (h *harness) lossOn() error {
+	rules := fmt.Sprintf(`table netdev %[1]s {
+	chain in {
+		type filter hook ingress device "%[2]s" priority 0;
+		udp dport 4791 counter numgen random mod 100 < 1 counter drop
+	}
+	chain out {
+		type filter hook egress device "%[2]s" priority 0;
+		udp dport 4791 counter numgen random mod 100 < 1 counter drop
+	}
+}
+`, lossTable, "gritap0")
+	cmd := exec.Command("ip", "netns", "exec", NetNS, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %v\n%s", err, out)
+	}
+	return nil
+}
+
+func (h *harness) lossOff() {
+	_ = exec.Command("ip", "netns", "exec", NetNS, "nft", "delete", "table", "netdev", lossTable).Run()
+}
+
+var counterRE = regexp.MustCompile(`counter packets (\d+)`)
+
+func (h *harness) lossCounters() (seenIn, dropIn, seenOut, dropOut int, err error) {
+	out, err := exec.Command("ip", "netns", "exec", NetNS, "nft", "list", "table", "netdev", lossTable).CombinedOutput()
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("nft list: %v\n%s", err, out)
+	}
+	m := counterRE.FindAllStringSubmatch(string(out), -1)
+	if len(m) != 4 {
+		return 0, 0, 0, 0, fmt.Errorf("nft list: %d counters, want 4:\n%s", len(m), out)
+	}
+	v := make([]int, 4)
+	for i := range m {
+		v[i], _ = strconv.Atoi(m[i][1])
+	}
+	return v[0], v[1], v[2], v[3], nil
+}
+
+// TestMatrix runs every case of Matrix in every direction. Goroce directions whose
+// subcommand does not exist are "not run". Goroce directions at MTU 4096 need the VM
+// rebooted with link MTU 9000; they run last, and only if any of them can run at all.
+func TestMatrix(t *testing.T) {
+	type deferred struct {
+		c Case
+		d Direction
+	}
+	var later []deferred
+	only := map[string]bool{}
+	for _, n := range strings.FieldsFunc(os.Getenv("GOROCE_INTEROP_CASES"), func(r rune) bool { return r == ',' || r == ' ' }) {
+		only[n] = true
+	}
+	for _, c := range Matrix {
+		if len(only) > 0 && !only[c.Name] {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			for _, d := range Directions {
+				if !c.Applies(d) {
+					continue
+				}
+				if d != RxeToRxe && c.MTU == 4096 && h.linkMTU != 9000 && h.canRun(c) == "" {
+					later = append(later, deferred{c, d})
+					continue
+				}
+				t.Run(d.Slug(), func(t *testing.T) { runCase(t, c, d) })
+			}
+		})
+	}
+	if len(later) == 0 {
+		return
+	}
+	h.down()
+	if err := h.boot(9000); err != nil {
+		t.Fatalf("reboot with link MTU 9000: %v", err)
+	}
+	for _, x := range later {
+		t.Run(x.c.Name, func(t *testing.T) {
+			t.Run(x.d.Slug(), func(t *testing.T) { runCase(t, x.c, x.d) })
+		})
+	}
+}
+
+// canRun returns why goroce cannot run case c ("" if it can).
+func (h *harness) canRun(c Case) string {
+	if h.goroce == "" {
+		return h.goroceEr
+	}
+	if !h.subs[c.Subcommand] {
+		return fmt.Sprintf("goroce has no `%s` subcommand yet", c.Subcommand)
+	}
+	return ""
+}
+
+func runCase(t *testing.T, c Case, d Direction) {
+	t0, detail := time.Now(), ""
+	defer record(t, c.Name, d.String(), t0, &detail)
+	base := c.Name + "." + d.Slug()
+	if d != RxeToRxe {
+		if why := h.canRun(c); why != "" {
+			detail = "not run: " + why
+			t.Skip(detail)
+		}
+	}
+	pcap := filepath.Join(h.caps, base+".pcap")
+	var goPcap string
+	if d != RxeToRxe {
+		goPcap = filepath.Join(h.caps, base+".goroce.pcap")
+	}
+	srv, cli := c.Commands(d, goPcap)
+	t.Logf("server (%s): %s", srv.Where, srv.Cmd)
+	t.Logf("client (%s): %s", cli.Where, cli.Cmd)
+
+	var stopCapture func() (string, error)
+	var err error
+	if d == RxeToRxe {
+		if err := h.vethPair(c.LinkMTU(), c.Loss); err != nil {
+			detail = err.Error()
+			t.Fatal(err)
+		}
+		stopCapture, err = h.guestCapture(base)
+	} else {
+		cleanup, err := h.linkSetup(c.link())
+		if err != nil {
+			detail = err.Error()
+			t.Fatal(err)
+		}
+		defer cleanup()
+		if c.Loss {
+			if err := h.lossOn(); err != nil {
+				detail = err.Error()
+				t.Fatal(err)
+			}
+			defer h.lossOff()
+		}
+		stopCapture, err = h.hostCapture(pcap)
+	}
+	if err != nil {
+		detail = "capture: " + err.Error()
+		t.Fatal(detail)
+	}
+	sOut, sCode, cOut, cCode, perr := h.pair(srv, cli, d)
+	capNote, cerr := stopCapture()
+	_ = os.WriteFile(filepath.Join(h.logs, base+".server.log"), []byte(srv.Cmd+"\n"+sOut), 0o644)
+	_ = os.WriteFile(filepath.Join(h.logs, base+".client.log"), []byte(cli.Cmd+"\n"+cOut), 0o644)
+	if perr != nil || sCode != 0 || cCode != 0 {
+		detail = fmt.Sprintf("server exit %d, client exit %d", sCode, cCode)
+		if perr != nil {
+			detail += ": " + perr.Error()
+		}
+		t.Fatalf("%s\nserver:\n%s\nclient:\n%s", detail, tail(sOut, 15), tail(cOut, 15))
+	}
+	if cerr != nil {
+		detail = "capture: " + cerr.Error()
+		t.Fatal(detail)
+	}
+	files := []string{pcap}
+	if goPcap != "" {
+		files = append(files, goPcap)
+	}
+	var notes []string
+	for _, f := range files {
+		n, err := h.verifyCapture(f, c.Opcodes)
+		if err != nil {
+			detail = filepath.Base(f) + ": " + err.Error()
+			t.Fatal(detail)
+		}
+		notes = append(notes, n)
+	}
+	detail = strings.Join(append(notes, capNote), "; ")
+	t.Log(detail)
+}
+
+// pair runs the server, waits until it listens on the out-of-band TCP port, runs the client,
+// and waits for the server.
+func (h *harness) pair(srv, cli Endpoint, d Direction) (sOut string, sCode int, cOut string, cCode int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ToolTimeout+30)*time.Second)
+	defer cancel()
+	var sbuf, cbuf syncBuffer
+	var sErr error
+	sDone := make(chan struct{})
+	go func() {
+		defer close(sDone)
+		sOut, sCode, sErr = h.run(ctx, srv, &sbuf)
+	}()
+	if werr := h.waitListen(ctx, srv.Where, OOBPort, sDone); werr != nil {
+		cancel()
+		<-sDone
+		return sOut, sCode, "", -1, errors.Join(fmt.Errorf("server never listened on TCP %d: %v", OOBPort, werr), sErr)
+	}
+	cOut, cCode, err = h.run(ctx, cli, &cbuf)
+	select {
+	case <-sDone:
+	case <-time.After(30 * time.Second):
+		cancel()
+		<-sDone
+		err = errors.Join(err, errors.New("server did not exit within 30 s of the client"))
+	}
+	return sOut, sCode, cOut, cCode, errors.Join(err, sErr)
+}
+
+// run executes an endpoint's command: in the guest via the agent, on the host inside NetNS.
+func (h *harness) run(ctx context.Context, e Endpoint, buf *syncBuffer) (string, int, error) {
+	if e.Where == "guest" {
+		ex, err := h.agent.Run(ctx, agentproto.Request{Script: e.Cmd}, nil, buf, buf)
+		return buf.String(), ex.Code, err
+	}
+	f := strings.Fields(e.Cmd)
+	if len(f) == 0 || f[0] != "goroce" {
+		return "", -1, fmt.Errorf("host command must start with goroce: %q", e.Cmd)
+	}
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", NetNS, h.goroce}, f[1:]...)...)
+	cmd.Stdout, cmd.Stderr = buf, buf
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return buf.String(), ee.ExitCode(), nil
+	}
+	if err != nil {
+		return buf.String(), -1, err
+	}
+	return buf.String(), 0, nil
+}
+
+// waitListen polls until something listens on TCP port where the server runs; it gives up
+// when the server exits first or after 30 s.
+func (h *harness) waitListen(ctx context.Context, where string, port int, serverDone <-chan struct{}) error {
+	probe := fmt.Sprintf("ss -Hltn 'sport = :%d' | grep -q .", port)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-serverDone:
+			return errors.New("server exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		var ok bool
+		if where == "guest" {
+			_, code, err := h.guest(ctx, probe)
+			ok = err == nil && code == 0
+		} else {
+			ok = exec.Command("ip", "netns", "exec", NetNS, "sh", "-c", probe).Run() == nil
+		}
+		if ok {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return errors.New("timeout")
+}
+
+// vethPair brings up rxev1/rxev2 in the guest (rxe-veth-pair) with the wanted MTU and
+// loss setting. rxe follows the netdev MTU (1500 -> active_mtu 1024, 9000 -> 4096).
+func (h *harness) vethPair(mtu int, loss bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	script := ""
+	if h.vethMTU == 0 {
+		script = fmt.Sprintf("rxe-veth-pair up %d >/dev/null && ", mtu)
+	}
+	script += fmt.Sprintf("ip link set vp1 mtu %[1]d && ip link set vp2 mtu %[1]d && "+
+		"tc qdisc del dev vp1 root 2>/dev/null; tc qdisc del dev vp2 root 2>/dev/null; ", mtu)
+	if loss {
+		script += "tc qdisc add dev vp1 root netem loss 1% && tc qdisc add dev vp2 root netem loss 1% && "
+	}
+	want := 1024
+	if mtu >= 9000 {
+		want = 4096
+	}
+	// the GID index and active MTU of both ends must be what the commands assume
+	script += fmt.Sprintf(`for d in rxev1 rxev2; do `+
+		`m=$(ibv_devinfo -d $d | awk '/active_mtu/ {print $2}'); [ "$m" = %d ] || { echo "$d active_mtu $m"; exit 1; }; `+
+		`done; [ "$(gid-index rxev1 %s)" = %d ] && [ "$(gid-index rxev2 %s)" = %d ] || { show_gids; exit 1; }`,
+		want, VethCliIP, GIDIndex, VethSrvIP, GIDIndex)
+	out, code, err := h.guest(ctx, script)
+	if err != nil || code != 0 {
+		return fmt.Errorf("veth pair (mtu %d, loss %v): exit %d %v: %s", mtu, loss, code, err, strings.TrimSpace(out))
+	}
+	h.vethMTU = mtu
+	return nil
+}
+
+// guestCapture runs tcpdump on vp1 inside the VM (the wire between rxev1 and rxev2) into the
+// guest's tmpfs; the returned stop function ends it and copies the file to h.caps.
+func (h *harness) guestCapture(base string) (func() (string, error), error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tmp := "/tmp/" + base + ".pcap"
+	var buf syncBuffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = h.agent.Run(ctx, agentproto.Request{Script: fmt.Sprintf(
+			"rm -f %[1]s; echo $$ > /tmp/capture.pid; exec tcpdump -i vp1 -n -s 0 -B 32768 -U -w %[1]s 'udp port 4791 or tcp port %[2]d'",
+			tmp, OOBPort), TimeoutMS: int64(ToolTimeout+120) * 1000}, nil, &buf, &buf)
+	}()
+	if err := waitFor(&buf, "listening on", done); err != nil {
+		cancel()
+		return nil, err
+	}
+	return func() (string, error) {
+		defer cancel()
+		time.Sleep(500 * time.Millisecond) // let the last ACKs reach the capture
+		c2, cancel2 := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel2()
+		_, _, _ = h.guest(c2, "kill -INT $(cat /tmp/capture.pid)")
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			return "", errors.New("tcpdump in the guest did not stop")
+		}
+		out, code, err := h.guest(c2, fmt.Sprintf("cp %s /mnt/host/captures/ && rm -f %[1]s", tmp))
+		if err != nil || code != 0 {
+			return "", fmt.Errorf("copy capture out: %v %s", err, out)
+		}
+		return tcpdumpDrops(buf.String()), nil
+	}, nil
+}
+
+var (
+	hostDumpsMu sync.Mutex
+	hostDumps   = map[*exec.Cmd]bool{}
+)
+
+// hostCapture runs tcpdump on the bridge inside NetNS: everything that crosses the wire
+// between goroce and the VM.
+func (h *harness) hostCapture(file string) (func() (string, error), error) {
+	_ = os.Remove(file)
+	cmd := exec.Command("ip", "netns", "exec", NetNS, "tcpdump", "-i", Bridge, "-n", "-s", "0", "-B", "32768",
+		"-U", "-w", file, fmt.Sprintf("udp port 4791 or tcp port %d or arp", OOBPort))
+	var buf syncBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	hostDumpsMu.Lock()
+	hostDumps[cmd] = true
+	hostDumpsMu.Unlock()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	if err := waitFor(&buf, "listening on", done); err != nil {
+		_ = cmd.Process.Kill()
+		return nil, err
+	}
+	return func() (string, error) {
+		time.Sleep(500 * time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGINT) // our own child, by pid
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		hostDumpsMu.Lock()
+		delete(hostDumps, cmd)
+		hostDumpsMu.Unlock()
+		return tcpdumpDrops(buf.String()), nil
+	}, nil
+}
+
+func (h *harness) stopHostTcpdumps() {
+	hostDumpsMu.Lock()
+	defer hostDumpsMu.Unlock()
+	for c := range hostDumps {
+		_ = c.Process.Kill()
+	}
+}
+
+func waitFor(buf *syncBuffer, s string, done <-chan struct{}) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(buf.String(), s) {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("tcpdump exited: %s", strings.TrimSpace(buf.String()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("tcpdump not listening after 30 s: %s", buf.String())
+}
+
+var dropRE = regexp.MustCompile(`(\d+) packets? dropped by kernel`)
+
+func tcpdumpDrops(out string) string {
+	if m := dropRE.FindStringSubmatch(out); m != nil && m[1] != "0" {
+		return "tcpdump dropped " + m[1]
+	}
+	return "no capture drops"
+}
+
+// linkSetup prepares what goroce's --link needs on the host side and returns its undo.
+func (h *harness) linkSetup(link string) (func(), error) {
+	ns := func(args ...string) error {
+		out, err := exec.Command("ip", append([]string{"-n", NetNS}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	switch link {
+	case "udp", "afpacket":
+		return func() {}, nil
+	case "tap": // a second tap on the bridge; goroce attaches to it and owns TapIP itself
+		_ = ns("link", "del", TapDev)
+		if err := ns("tuntap", "add", "dev", TapDev, "mode", "tap"); err != nil {
+			return nil, err
+		}
+		if err := ns("link", "set", TapDev, "master", Bridge, "up"); err != nil {
+			return nil, err
+		}
+		return func() { _ = ns("link", "del", TapDev) }, nil
+	case "tun": // routed: VM -> HostIP (forwarding in NetNS) -> TunDev -> goroce at TunIP
+		_ = ns("link", "del", TunDev)
+		if err := ns("tuntap", "add", "dev", TunDev, "mode", "tun"); err != nil {
+			return nil, err
+		}
+		if err := ns("link", "set", TunDev, "up"); err != nil {
+			return nil, err
+		}
+		if err := ns("route", "add", TunIP+"/32", "dev", TunDev); err != nil {
+			return nil, err
+		}
+		if out, err := exec.Command("ip", "netns", "exec", NetNS, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("ip_forward: %v %s", err, out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if out, code, err := h.guest(ctx, "ip route replace "+TunNet+" via "+HostIP); err != nil || code != 0 {
+			return nil, fmt.Errorf("guest route: %v %s", err, out)
+		}
+		return func() {
+			_ = ns("link", "del", TunDev)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, _, _ = h.guest(ctx, "ip route del "+TunNet)
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown link %q", link)
+}
+
+var verifySummary = regexp.MustCompile(`(?m)^(\d+) ok, (\d+) bad, (\d+) other$`)
+
+// verifyCapture checks a capture with `goroce pcap verify` (every ICRC, lengths, opcodes)
+// when that subcommand exists, and with tshark: every RoCE frame dissects as InfiniBand,
+// nothing is malformed, and the case's opcodes are present.
+func (h *harness) verifyCapture(file string, want []string) (string, error) {
+	if _, err := os.Stat(file); err != nil {
+		return "", fmt.Errorf("no capture: %v", err)
+	}
+	var notes []string
+	ok := -1
+	if h.goroce != "" && h.subs["pcap"] {
+		out, err := exec.Command(h.goroce, "pcap", "verify", file).CombinedOutput()
+		m := verifySummary.FindStringSubmatch(string(out))
+		if err != nil || m == nil {
+			return "", fmt.Errorf("goroce pcap verify: %v: %s", err, tail(string(out), 5))
+		}
+		ok, _ = strconv.Atoi(m[1])
+		seen := map[string]bool{}
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) > 3 {
+				seen[f[2]] = true
+			}
+		}
+		for _, op := range want {
+			if !seen[op] {
+				return "", fmt.Errorf("no %s packet in the capture (goroce pcap verify saw %s)", op, strings.Join(sortedKeys(seen), " "))
+			}
+		}
+		notes = append(notes, fmt.Sprintf("pcap verify: %s ok, %s bad ICRC", m[1], m[2]))
+	} else {
+		notes = append(notes, "pcap verify skipped: goroce has no `pcap` subcommand yet")
+	}
+	tshark := func(filter string, fields ...string) ([]string, error) {
+		args := []string{"-r", file, "-n", "--disable-heuristic", "rpcrdma_infiniband", "-Y", filter, "-T", "fields"}
+		for _, f := range fields {
+			args = append(args, "-e", f)
+		}
+		cmd := exec.Command("tshark", args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("tshark %s: %v: %s", filter, err, tail(stderr.String(), 3))
+		}
+		return strings.Fields(stdout.String()), nil
+	}
+	ib, err := tshark("infiniband", "infiniband.bth.opcode")
+	if err != nil {
+		return "", err
+	}
+	if len(ib) == 0 {
+		return "", errors.New("tshark: no InfiniBand frame in the capture")
+	}
+	if ok >= 0 && ok != len(ib) {
+		return "", fmt.Errorf("tshark dissects %d InfiniBand frames, goroce pcap verify %d", len(ib), ok)
+	}
+	bad, err := tshark("_ws.malformed || _ws.expert.severity == error", "frame.number")
+	if err != nil {
+		return "", err
+	}
+	if len(bad) > 0 {
+		return "", fmt.Errorf("tshark: malformed/error frames %v", bad[:min(len(bad), 5)])
+	}
+	notes = append(notes, fmt.Sprintf("tshark: %d IB frames, none malformed", len(ib)))
+	return strings.Join(notes, ", "), nil
+}

@@ -1,0 +1,274 @@
+package interop
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Topology constants; they must match lib.sh (checked by TestScriptsAgreeWithMatrix).
+const (
+	NetNS     = "goroce-interop"
+	Bridge    = "gribr0"
+	HostIP    = "10.66.0.1" // the bridge address inside NetNS; goroce's UDP link binds it
+	GuestIP   = "10.66.0.2" // VM eth0, rxe0
+	TapDev    = "gritap1"   // extra tap on the bridge for goroce --link tap
+	TapIP     = "10.66.0.3" // goroce's own address behind TapDev
+	TunDev    = "gritun1"   // tun for goroce --link tun (routed via HostIP)
+	TunIP     = "10.66.1.3" // goroce's address behind TunDev
+	TunNet    = "10.66.1.0/24"
+	VethSrvIP = "10.99.0.2" // rxev2 inside the VM (rxe-veth-pair), server of rxe↔rxe runs
+	VethCliIP = "10.99.0.1" // rxev1, client of rxe↔rxe runs; captured on vp1
+	GIDIndex  = 1           // IPv4-mapped RoCEv2 GID with IPv6 disabled
+	OOBPort   = 18515       // TCP port of ibv_*_pingpong and perftest
+	// ToolTimeout bounds every tool run in the guest (timeout(1)): a forgotten server
+	// busy-polls a vCPU and keeps rdma link del in D state until it exits.
+	ToolTimeout = 120
+)
+
+// Direction says who plays which role in one run of a case.
+type Direction int
+
+const (
+	// GoroceToRxe: goroce on the host (in NetNS) is the client, the rdma-core/perftest tool
+	// in the VM (kernel rxe0) is the server.
+	GoroceToRxe Direction = iota
+	// RxeToGoroce: goroce serves on HostIP, the tool in the VM is the client.
+	RxeToGoroce
+	// RxeToRxe: both ends are the tool in the VM, rxev1 -> rxev2 over a veth pair (baseline
+	// that proves the exact tool command line and the capture path work).
+	RxeToRxe
+)
+
+// Directions lists every direction in table order.
+var Directions = []Direction{GoroceToRxe, RxeToGoroce, RxeToRxe}
+
+func (d Direction) String() string {
+	switch d {
+	case GoroceToRxe:
+		return "goroce→rxe"
+	case RxeToGoroce:
+		return "rxe→goroce"
+	case RxeToRxe:
+		return "rxe↔rxe"
+	}
+	return fmt.Sprintf("Direction(%d)", int(d))
+}
+
+// Slug is the direction's name as a subtest / file name.
+func (d Direction) Slug() string {
+	switch d {
+	case GoroceToRxe:
+		return "goroce-to-rxe"
+	case RxeToGoroce:
+		return "rxe-to-goroce"
+	case RxeToRxe:
+		return "rxe-to-rxe"
+	}
+	return "unknown"
+}
+
+// Case is one row of the interop matrix: a tool in the VM against the equivalent goroce
+// subcommand, run in every applicable direction.
+type Case struct {
+	Name string
+	// Tool is the rdma-core/perftest command in the VM without device, GID index and peer:
+	// those are added per direction (-d rxe0 -g 1 / -x 1 ...).
+	Tool string
+	// Goroce is the goroce command line without --link/--dev/--addr/--pcap and peer.
+	Goroce string
+	// Subcommand is the goroce subcommand the case needs (from `goroce help`).
+	Subcommand string
+	Perftest   bool   // perftest tool (-x GID, -F) rather than ibv_*_pingpong (-g GID)
+	Link       string // goroce --link: udp (default), afpacket, tap, tun
+	MTU        int    // rxe active MTU: 1024 (link 1500) or 4096 (link 9000)
+	Loss       bool   // 1% random loss of UDP 4791 (nft in NetNS; netem on the veth for rxe↔rxe)
+	// Opcodes that the capture of the run must contain (goroce pcap verify names).
+	Opcodes []string
+	Note    string
+}
+
+func (c Case) link() string {
+	if c.Link == "" {
+		return "udp"
+	}
+	return c.Link
+}
+
+// Applies reports whether the case runs in direction d. The rxe↔rxe baseline is only run
+// for the UDP link (the other links change goroce's side only).
+func (c Case) Applies(d Direction) bool { return d != RxeToRxe || c.link() == "udp" }
+
+// LinkMTU is the Ethernet MTU that gives rxe the case's active MTU (rxe keeps 80 bytes of
+// headroom: 1500 -> 1024, 9000 -> 4096).
+func (c Case) LinkMTU() int {
+	if c.MTU == 4096 {
+		return 9000
+	}
+	return 1500
+}
+
+// Commands returns the exact command lines of a run: the server's and the client's, and
+// where each runs ("guest" or "host"; host commands run inside NetNS). pcap is the file
+// goroce writes its own capture to (host side only).
+func (c Case) Commands(d Direction, pcap string) (server, client Endpoint) {
+	toolFlags := func(dev string) string {
+		if c.Perftest {
+			return fmt.Sprintf("%s -d %s -x %d -F", c.Tool, dev, GIDIndex)
+		}
+		return fmt.Sprintf("%s -d %s -g %d", c.Tool, dev, GIDIndex)
+	}
+	timeout := fmt.Sprintf("timeout %d ", ToolTimeout)
+	goroce := func(peer string) string {
+		s := "goroce " + c.Goroce + " --link " + c.link()
+		switch c.link() {
+		case "udp":
+			s += " --addr " + HostIP
+		case "afpacket":
+			s += " --dev " + Bridge + " --addr " + HostIP
+		case "tap":
+			s += " --dev " + TapDev + " --addr " + TapIP
+		case "tun":
+			s += " --dev " + TunDev + " --addr " + TunIP
+		}
+		if pcap != "" {
+			s += " --pcap " + pcap
+		}
+		if peer != "" {
+			s += " " + peer
+		}
+		return s
+	}
+	switch d {
+	case GoroceToRxe:
+		return Endpoint{"guest", timeout + toolFlags("rxe0")}, Endpoint{"host", goroce(GuestIP)}
+	case RxeToGoroce:
+		return Endpoint{"host", goroce("")}, Endpoint{"guest", timeout + toolFlags("rxe0") + " " + c.goroceAddr()}
+	default:
+		return Endpoint{"guest", timeout + toolFlags("rxev2")}, Endpoint{"guest", timeout + toolFlags("rxev1") + " " + VethSrvIP}
+	}
+}
+
+// goroceAddr is the address the VM's tool connects to when goroce serves.
+func (c Case) goroceAddr() string {
+	switch c.link() {
+	case "tap":
+		return TapIP
+	case "tun":
+		return TunIP
+	}
+	return HostIP
+}
+
+// Endpoint is one side of a run.
+type Endpoint struct {
+	Where string // "guest" or "host"
+	Cmd   string
+}
+
+var (
+	sendFML  = []string{"RC_SEND_FIRST", "RC_SEND_MIDDLE", "RC_SEND_LAST"}
+	writeFML = []string{"RC_RDMA_WRITE_FIRST", "RC_RDMA_WRITE_MIDDLE", "RC_RDMA_WRITE_LAST"}
+	readFML  = []string{"RC_RDMA_READ_RESPONSE_FIRST", "RC_RDMA_READ_RESPONSE_MIDDLE", "RC_RDMA_READ_RESPONSE_LAST"}
+)
+
+func pp(name, tool, goroce string, opcodes []string, mods ...func(*Case)) Case {
+	c := Case{Name: name, Tool: tool, Goroce: goroce, Subcommand: "pingpong", MTU: 1024, Opcodes: opcodes}
+	for _, m := range mods {
+		m(&c)
+	}
+	return c
+}
+
+func pt(name, tool, mode, flags string, opcodes []string, mods ...func(*Case)) Case {
+	c := Case{Name: name, Tool: tool + " " + flags, Goroce: "bench " + mode + " -x 1 " + flags,
+		Subcommand: "bench", Perftest: true, MTU: 1024, Opcodes: opcodes}
+	for _, m := range mods {
+		m(&c)
+	}
+	return c
+}
+
+func withLink(l string) func(*Case) { return func(c *Case) { c.Link = l } }
+func mtu4096(c *Case)               { c.MTU = 4096 }
+func lossy(c *Case)                 { c.Loss = true }
+func note(n string) func(*Case)     { return func(c *Case) { c.Note = n } }
+
+// Matrix is the whole interop matrix of the issue. Pingpong cases: goroce pingpong takes the
+// ibv_*_pingpong flags (-p -d -i -s -n -g -m -l -e -r) plus --qp, --srq, --link, --dev,
+// --addr, --pcap. Perftest cases: goroce bench MODE takes the perftest flags.
+var Matrix = []Case{
+	pp("rc_pingpong_1B", "ibv_rc_pingpong -n 100 -s 1", "pingpong --qp rc -g 1 -n 100 -s 1",
+		[]string{"RC_SEND_ONLY", "RC_ACKNOWLEDGE"}),
+	pp("rc_pingpong_4k", "ibv_rc_pingpong -n 100 -s 4096 -m 1024", "pingpong --qp rc -g 1 -n 100 -s 4096 -m 1024",
+		sendFML, note("4 KiB at path MTU 1024: SEND FIRST/MIDDLE/LAST")),
+	pp("rc_pingpong_flags", "ibv_rc_pingpong -p 18515 -i 1 -s 2000 -n 50 -m 1024 -l 0 -r 100 -e",
+		"pingpong --qp rc -p 18515 -i 1 -g 1 -s 2000 -n 50 -m 1024 -l 0 -r 100 -e",
+		[]string{"RC_SEND_FIRST", "RC_SEND_LAST"}, note("every pingpong flag; -e = completion events")),
+	pp("rc_pingpong_afpacket", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -g 1 -n 100 -s 4096",
+		sendFML, withLink("afpacket")),
+	pp("rc_pingpong_tap", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -g 1 -n 100 -s 4096",
+		sendFML, withLink("tap")),
+	pp("rc_pingpong_tun", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -g 1 -n 100 -s 4096",
+		sendFML, withLink("tun"), note("routed: VM -> 10.66.0.1 -> gritun1")),
+	pp("uc_pingpong", "ibv_uc_pingpong -n 100 -s 4096", "pingpong --qp uc -g 1 -n 100 -s 4096",
+		[]string{"UC_SEND_FIRST", "UC_SEND_MIDDLE", "UC_SEND_LAST"}),
+	pp("ud_pingpong", "ibv_ud_pingpong -n 100 -s 512", "pingpong --qp ud -g 1 -n 100 -s 512",
+		[]string{"UD_SEND_ONLY"}, note("UD payload must fit the 1024 path MTU")),
+	pp("ud_pingpong_1024", "ibv_ud_pingpong -n 100 -s 1024", "pingpong --qp ud -g 1 -n 100 -s 1024",
+		[]string{"UD_SEND_ONLY"}, note("UD payload = path MTU")),
+	pp("srq_pingpong", "ibv_srq_pingpong -n 100 -s 4096 -q 4", "pingpong --qp rc --srq 4 -g 1 -n 100 -s 4096",
+		sendFML, note("4 RC QPs sharing an SRQ")),
+	pp("rc_pingpong_mtu4096", "ibv_rc_pingpong -n 100 -s 16384 -m 4096", "pingpong --qp rc -g 1 -n 100 -s 16384 -m 4096",
+		sendFML, mtu4096),
+	pp("ud_pingpong_mtu4096", "ibv_ud_pingpong -n 100 -s 4096", "pingpong --qp ud -g 1 -n 100 -s 4096",
+		[]string{"UD_SEND_ONLY"}, mtu4096),
+	pp("rc_pingpong_loss", "ibv_rc_pingpong -n 500 -s 4096", "pingpong --qp rc -g 1 -n 500 -s 4096",
+		sendFML, lossy, note("1% loss: NAK / retransmission")),
+
+	pt("send_bw_1B", "ib_send_bw", "send_bw", "-s 1 -n 1000", []string{"RC_SEND_ONLY"}),
+	pt("send_bw_64k", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML),
+	pt("send_bw_1M", "ib_send_bw", "send_bw", "-s 1048576 -n 50", sendFML),
+	pt("write_bw_1B", "ib_write_bw", "write_bw", "-s 1 -n 1000", []string{"RC_RDMA_WRITE_ONLY"}),
+	pt("write_bw_64k", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML),
+	pt("write_bw_1M", "ib_write_bw", "write_bw", "-s 1048576 -n 50", writeFML),
+	pt("read_bw_64", "ib_read_bw", "read_bw", "-s 64 -n 1000", []string{"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"}),
+	pt("read_bw_1M", "ib_read_bw", "read_bw", "-s 1048576 -n 50", readFML),
+	pt("atomic_bw_fadd", "ib_atomic_bw", "atomic_bw", "-A FETCH_AND_ADD -n 500", []string{"RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"}),
+	pt("atomic_bw_cswap", "ib_atomic_bw", "atomic_bw", "-A CMP_AND_SWAP -n 500", []string{"RC_COMPARE_SWAP", "RC_ATOMIC_ACKNOWLEDGE"}),
+	pt("send_lat", "ib_send_lat", "send_lat", "-s 2 -n 1000", []string{"RC_SEND_ONLY"}),
+	pt("send_lat_4k", "ib_send_lat", "send_lat", "-s 4096 -n 200", sendFML),
+	pt("write_lat", "ib_write_lat", "write_lat", "-s 2 -n 1000", []string{"RC_RDMA_WRITE_ONLY"}),
+	pt("read_lat", "ib_read_lat", "read_lat", "-s 2 -n 1000", []string{"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"}),
+	pt("send_bw_64k_mtu4096", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML, mtu4096),
+	pt("write_bw_1M_mtu4096", "ib_write_bw", "write_bw", "-s 1048576 -n 50", writeFML, mtu4096),
+	pt("read_bw_64k_mtu4096", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, mtu4096),
+	pt("write_bw_64k_loss", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, lossy),
+	pt("send_bw_64k_loss", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML, lossy),
+	pt("read_bw_64k_loss", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, lossy),
+}
+
+// SmokeCases are the cases `make interop-smoke` runs.
+var SmokeCases = []string{"rc_pingpong_4k", "ud_pingpong", "write_bw_64k"}
+
+// Subcommands parses `goroce help` output: the words indented under "Commands:".
+func Subcommands(help string) map[string]bool {
+	subs := map[string]bool{}
+	in := false
+	re := regexp.MustCompile(`^\s{2,}([a-z][a-z0-9-]*)(\s|$)`)
+	for _, line := range strings.Split(help, "\n") {
+		switch {
+		case strings.HasPrefix(strings.TrimSpace(line), "Commands:"):
+			in = true
+		case in && strings.TrimSpace(line) == "":
+			if len(subs) > 0 {
+				in = false
+			}
+		case in:
+			if m := re.FindStringSubmatch(line); m != nil {
+				subs[m[1]] = true
+			}
+		}
+	}
+	return subs
+}
