@@ -39,3 +39,18 @@ bench-smoke: ## every benchmark once (CI smoke)
 test: fmt-check vet unit bench-smoke ## what CI runs: gofmt, vet, race tests, benchmark smoke
 
 ci: test ## alias for test
+
+# ---- interop: kernel rxe in a qemu VM (owned by interop/; see interop/README.md) ----------
+.PHONY: interop interop-smoke interop-image interop-down
+interop: ## (root) whole rxe interop matrix in a qemu VM; prints the table; exit 0 pass, 1 fail, 2 harness, 3 some not run
+	interop/run.sh
+
+interop-smoke: ## (root) VM boot checks, loss check and the SmokeCases of interop/matrix.go
+	interop/run.sh --smoke
+
+interop-image: ## (root) build or refresh the cached interop VM image (interop/.cache)
+	interop/build.sh
+
+interop-down: ## (root) power off the interop VM and delete netns goroce-interop
+	interop/down.sh
+# ---- end interop ---------------------------------------------------------------------------

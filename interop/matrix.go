@@ -255,7 +255,7 @@ var SmokeCases = []string{"rc_pingpong_4k", "ud_pingpong", "write_bw_64k"}
 func Subcommands(help string) map[string]bool {
 	subs := map[string]bool{}
 	in := false
-	re := regexp.MustCompile(`^\s{2,}([a-z][a-z0-9-]*)(\s|$)`)
+	re := regexp.MustCompile(`^  ([a-z][a-z0-9-]*)(\s|$)`) // exactly two spaces: deeper lines continue a description
 	for _, line := range strings.Split(help, "\n") {
 		switch {
 		case strings.HasPrefix(strings.TrimSpace(line), "Commands:"):

@@ -1,0 +1,239 @@
+package interop
+
+import (
+	"bytes"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestMatrixWellFormed(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range Matrix {
+		if seen[c.Name] {
+			t.Errorf("duplicate case %q", c.Name)
+		}
+		seen[c.Name] = true
+		if c.Subcommand != "pingpong" && c.Subcommand != "bench" {
+			t.Errorf("%s: subcommand %q", c.Name, c.Subcommand)
+		}
+		if !strings.HasPrefix(c.Goroce, c.Subcommand+" ") {
+			t.Errorf("%s: goroce command %q does not start with its subcommand", c.Name, c.Goroce)
+		}
+		if c.MTU != 1024 && c.MTU != 4096 {
+			t.Errorf("%s: MTU %d", c.Name, c.MTU)
+		}
+		if len(c.Opcodes) == 0 {
+			t.Errorf("%s: no expected opcodes", c.Name)
+		}
+		for _, d := range Directions {
+			if !c.Applies(d) {
+				continue
+			}
+			srv, cli := c.Commands(d, "/x.pcap")
+			for _, e := range []Endpoint{srv, cli} {
+				if e.Where != "guest" && e.Where != "host" {
+					t.Errorf("%s %s: where %q", c.Name, d, e.Where)
+				}
+				if e.Where == "host" && !strings.HasPrefix(e.Cmd, "goroce ") {
+					t.Errorf("%s %s: host command %q is not goroce", c.Name, d, e.Cmd)
+				}
+				if e.Where == "guest" && !strings.HasPrefix(e.Cmd, "timeout ") {
+					t.Errorf("%s %s: guest command %q not under timeout(1)", c.Name, d, e.Cmd)
+				}
+			}
+		}
+	}
+	for _, n := range SmokeCases {
+		if !seen[n] {
+			t.Errorf("smoke case %q is not in Matrix", n)
+		}
+	}
+}
+
+// TestMatrixCoverage pins what the issue asks the matrix to cover.
+func TestMatrixCoverage(t *testing.T) {
+	var tools, goroce, all strings.Builder
+	mtu := map[int]bool{}
+	loss := map[string]bool{}
+	for _, c := range Matrix {
+		tools.WriteString(c.Tool + "\n")
+		goroce.WriteString(c.Goroce + " --link " + c.link() + "\n")
+		mtu[c.MTU] = true
+		if c.Loss {
+			loss[c.Subcommand] = true
+		}
+		all.WriteString(strings.Join(c.Opcodes, " ") + "\n")
+	}
+	for _, want := range []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong",
+		"ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_atomic_bw -A FETCH_AND_ADD", "ib_atomic_bw -A CMP_AND_SWAP",
+		"ib_send_lat", "ib_write_lat", "ib_read_lat", "-s 1 ", "-s 1048576"} {
+		if !strings.Contains(tools.String(), want) {
+			t.Errorf("no tool command contains %q", want)
+		}
+	}
+	for _, want := range []string{"--qp rc", "--qp uc", "--qp ud", "--srq 4", "--link udp", "--link afpacket",
+		"--link tun", "--link tap", " -p ", " -i ", " -s ", " -n ", " -g ", " -m ", " -l ", " -e", " -r ",
+		"bench send_bw", "bench write_bw", "bench read_bw", "bench atomic_bw", "bench send_lat", "bench write_lat", "bench read_lat"} {
+		if !strings.Contains(goroce.String(), want) {
+			t.Errorf("no goroce command contains %q", want)
+		}
+	}
+	if !mtu[1024] || !mtu[4096] {
+		t.Errorf("MTUs covered: %v, want 1024 and 4096", mtu)
+	}
+	if !loss["pingpong"] || !loss["bench"] {
+		t.Errorf("loss cases for %v, want pingpong and bench", loss)
+	}
+	for _, op := range []string{"_FIRST", "_MIDDLE", "_LAST", "RC_FETCH_ADD", "RC_COMPARE_SWAP", "UD_SEND_ONLY"} {
+		if !strings.Contains(all.String(), op) {
+			t.Errorf("no case expects %s packets", op)
+		}
+	}
+}
+
+func TestCommands(t *testing.T) {
+	var rc, bw Case
+	for _, c := range Matrix {
+		switch c.Name {
+		case "rc_pingpong_4k":
+			rc = c
+		case "write_bw_1M":
+			bw = c
+		}
+	}
+	tests := []struct {
+		c        Case
+		d        Direction
+		srv, cli Endpoint
+	}{
+		{rc, GoroceToRxe,
+			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxe0 -g 1"},
+			Endpoint{"host", "goroce pingpong --qp rc -g 1 -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2"}},
+		{rc, RxeToGoroce,
+			Endpoint{"host", "goroce pingpong --qp rc -g 1 -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p"},
+			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxe0 -g 1 10.66.0.1"}},
+		{rc, RxeToRxe,
+			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxev2 -g 1"},
+			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxev1 -g 1 10.99.0.2"}},
+		{bw, GoroceToRxe,
+			Endpoint{"guest", "timeout 120 ib_write_bw -s 1048576 -n 50 -d rxe0 -x 1 -F"},
+			Endpoint{"host", "goroce bench write_bw -x 1 -s 1048576 -n 50 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2"}},
+	}
+	for _, tt := range tests {
+		srv, cli := tt.c.Commands(tt.d, "/p")
+		if srv != tt.srv || cli != tt.cli {
+			t.Errorf("%s %s:\n got %q\n     %q\nwant %q\n     %q", tt.c.Name, tt.d, srv, cli, tt.srv, tt.cli)
+		}
+	}
+	tap := Case{Name: "x", Tool: "ibv_rc_pingpong", Goroce: "pingpong --qp rc", Link: "tap"}
+	srv, cli := tap.Commands(RxeToGoroce, "")
+	if srv.Cmd != "goroce pingpong --qp rc --link tap --dev gritap1 --addr 10.66.0.3" || !strings.HasSuffix(cli.Cmd, " 10.66.0.3") {
+		t.Errorf("tap link: %q / %q", srv.Cmd, cli.Cmd)
+	}
+	if tap.Applies(RxeToRxe) {
+		t.Error("a non-UDP link case must not repeat the rxe↔rxe baseline")
+	}
+}
+
+func TestSubcommands(t *testing.T) {
+	help := "Usage: goroce <command> [flags] [arguments]\n\nCommands:\n  pcap       verify RoCE/IB captures\n" +
+		"             continuation line\n  pingpong   like ibv_rc_pingpong\n  help       show this list\n\nRun `goroce <command> --help`.\n  notacommand here\n"
+	got := Subcommands(help)
+	for _, w := range []string{"pcap", "pingpong", "help"} {
+		if !got[w] {
+			t.Errorf("missing %q in %v", w, got)
+		}
+	}
+	if got["bench"] || got["continuation"] || got["notacommand"] || len(got) != 3 {
+		t.Errorf("Subcommands = %v, want exactly pcap pingpong help", got)
+	}
+	if len(Subcommands("")) != 0 {
+		t.Error("empty help must yield no subcommands")
+	}
+}
+
+func TestResultsRoundTripAndExitCode(t *testing.T) {
+	rows := []Row{
+		{"boot", "-", Pass, 43.8, "tcg"},
+		{"rc_pingpong_4k", GoroceToRxe.String(), NotRun, 0, "not run: goroce has no `pingpong` subcommand yet"},
+		{"rc_pingpong_4k", RxeToRxe.String(), Pass, 7.25, "a\tb\nc"},
+	}
+	var buf bytes.Buffer
+	if err := WriteTSV(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadTSV(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[2].Detail != "a b c" || got[2].Seconds != 7.2 && got[2].Seconds != 7.3 || got[1].Result != NotRun {
+		t.Fatalf("round trip: %+v", got)
+	}
+	tests := []struct {
+		name string
+		rows []Row
+		want int
+	}{
+		{"all pass", rows[:1], ExitPass},
+		{"not run", rows, ExitNotRun},
+		{"fail wins", append(append([]Row(nil), rows...), Row{Case: "x", Result: Fail}), ExitFail},
+		{"nothing", nil, ExitHarness},
+	}
+	for _, tt := range tests {
+		if got := ExitCode(tt.rows); got != tt.want {
+			t.Errorf("%s: ExitCode = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+	if _, err := ReadTSV(strings.NewReader("a\tb\tmaybe\t1\tx\n")); err == nil {
+		t.Error("unknown result must be an error")
+	}
+	if _, err := ReadTSV(strings.NewReader("a\tb\n")); err == nil {
+		t.Error("short line must be an error")
+	}
+	table := FormatTable(rows)
+	for _, w := range []string{"case", "direction", "result", "seconds", "goroce→rxe", "not run", "2 passed, 0 failed, 1 not run"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("table lacks %q:\n%s", w, table)
+		}
+	}
+	// columns line up although the arrows are multi-byte
+	lines := strings.Split(table, "\n")
+	bar := strings.IndexRune(lines[0], '|')
+	for _, l := range lines[2:5] {
+		if i := strings.IndexRune(l, '|'); len([]rune(l[:i])) != bar {
+			t.Errorf("misaligned row %q", l)
+		}
+	}
+}
+
+// TestScriptsAgreeWithMatrix keeps lib.sh and the guest overlay in step with the constants
+// the driver uses.
+func TestScriptsAgreeWithMatrix(t *testing.T) {
+	lib, err := os.ReadFile("lib.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	veth, err := os.ReadFile("guest/usr/local/bin/rxe-veth-pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		file []byte
+		re   string
+	}{
+		{lib, `NETNS=\$\{GOROCE_INTEROP_NETNS:-` + NetNS + `\}`},
+		{lib, `BR=\$\{GOROCE_INTEROP_BRIDGE:-` + Bridge + `\}`},
+		{lib, `NET_PREFIX=\$\{GOROCE_INTEROP_NET:-10\.66\.0\}`},
+		{veth, `A=` + regexp.QuoteMeta(VethCliIP) + ` B=` + regexp.QuoteMeta(VethSrvIP)},
+	}
+	for _, c := range checks {
+		if !regexp.MustCompile(c.re).Match(c.file) {
+			t.Errorf("script does not match %s", c.re)
+		}
+	}
+	if !strings.HasPrefix(HostIP, "10.66.0.") || !strings.HasPrefix(GuestIP, "10.66.0.") || !strings.HasPrefix(TapIP, "10.66.0.") {
+		t.Error("HostIP/GuestIP/TapIP must be in lib.sh's NET_PREFIX")
+	}
+}
