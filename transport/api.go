@@ -378,8 +378,10 @@ type Config struct {
 	// PD is the protection domain of the QP; memory lookups are made in it.
 	PD uint32
 	// Queue capacities and limits, after the caller's rounding.
-	MaxSendWR     int
-	MaxSendSGE    int
+	MaxSendWR  int
+	MaxSendSGE int
+	// MaxRecvSGE sizes the engine's storage for RecvQueue.Pop; with an SRQ
+	// it must be at least the SRQ's max SGE.
 	MaxRecvSGE    int
 	MaxInlineData int
 	// SignalAll makes every send WR signaled (sq_sig_all).

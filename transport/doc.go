@@ -17,5 +17,46 @@
 // Behaviour mirrors Linux rxe (rxe_req.c, rxe_resp.c, rxe_comp.c) where the
 // IBA leaves a choice; comments say so where it matters.
 //
+// Files: qp.go (QP, NewQP, Modify, PostSend, flush, timers), requester.go
+// (Transmit, segmentation, go-back-N positioning), completer.go (ACK, NAK,
+// READ response and atomic ACK processing), responder.go (Receive, RC/UC/UD
+// request execution, duplicate replay, the ordered responder output queue),
+// atomic.go (device-wide atomicity of COMPARE_SWAP/FETCH_ADD).
+//
+// One packet through the engine:
+//
+//  1. PostSend copies the WR into a send-queue slot (SGL, inline data) and
+//     checks local keys; nothing is sent yet.
+//  2. Transmit: queued responder output first (ACK/NAK, READ response
+//     packets, atomic ACKs, FIFO); else the requester builds the next
+//     packet of the WQE at reqIdx, honouring fence, max_rd_atomic and the
+//     128-PSN window, and arms the local ACK timer.
+//  3. Receive: header checks (opcode/QP type, TVer, P_Key, DestQP, lengths),
+//     then requests go to the responder (PSN check, sequence, access,
+//     length, execute, queue the answer) and responses to the completer
+//     (implicit ACKs, NAKs, READ data, atomic results, completions in
+//     order).
+//  4. Tick: local ACK timeout → go-back-N or RETRY_EXC_ERR; RNR wait over
+//     → go-back-N from the NAKed PSN.
+//
+// Choices where rxe and the IBA (or hardware) differ, or rxe has no answer:
+//   - A SEND larger than the receive buffer completes the receive WQE with
+//     LOC_LEN_ERR (IBA, hardware; rxe says REM_INV_REQ_ERR); the peer gets
+//     NAK invalid request either way.
+//   - Missing remote access rights in the QP's access flags NAK with remote
+//     access error (rxe: invalid request).
+//   - A bad L_Key in a receive WQE completes it with LOC_PROT_ERR and NAKs
+//     remote operational error (rxe: LOC_QP_OP_ERR).
+//   - UC drops FIRST/ONLY packets behind the expected PSN (rxe would deliver
+//     a duplicated or overtaken message).
+//   - READ/ATOMIC with max_rd_atomic 0 is refused at post time (rxe would
+//     stall the send queue forever).
+//   - READ response data is read from memory as each response packet is
+//     built, so a WRITE that follows the READ on the same QP may be visible
+//     in response packets not yet sent (rxe builds the whole response before
+//     it executes the next request).
+//   - UC and UD requests carry AckReq 0, as kernel 6.1 rxe sends them (the
+//     captures show it), not 1 on the last packet as for RC.
+//
 // This package imports the standard library and goroce's bth package only.
 package transport
