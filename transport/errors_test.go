@@ -246,6 +246,15 @@ func TestFlush(t *testing.T) {
 	if p.a.QP.State() != transport.StateReset || p.a.SendCQ.Len() != 0 {
 		t.Fatal("reset")
 	}
+	p.b.QP.Modify(0, &transport.Attr{State: transport.StateReset}, transport.AttrState)
+	if err := tt.Connect(0, p.a.QP, p.b.QP, tt.Conn{MTU: bth.MTU1024, PSN: [2]bth.PSN{5, 9}, Timeout: 10, RetryCnt: 7,
+		RNRRetry: 7, MaxRdAtomic: 4, Access: allAccess}); err != nil {
+		t.Fatal(err)
+	}
+	p.b.RQ.Post(4, dst.SGE(0, 64))
+	p.a.QP.PostSend(0, sendWR(4, src, 64, true))
+	p.run(1, 1)
+	wantStatuses(t, "after RESET and reconnect", p.a.SendCQ.Take(nil), transport.StatusSuccess)
 }
 
 func TestPostSendErrors(t *testing.T) {
