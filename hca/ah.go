@@ -1,0 +1,174 @@
+package hca
+
+import (
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// AHAttr describes a path (ibv_ah_attr with its GRH). RoCE requires a
+// global route: DGID and SGIDIndex always matter.
+type AHAttr struct {
+	DGID         GID
+	SGIDIndex    int
+	HopLimit     uint8
+	TrafficClass uint8
+	FlowLabel    uint32
+	SL           uint8
+	DLID         uint16
+	// DMAC, when set, is used instead of resolving the next hop (Ethernet links).
+	DMAC net.HardwareAddr
+}
+
+// AH is an address handle for UD sends.
+type AH struct {
+	pd    *PD
+	index uint32
+	attr  AHAttr
+	addr  wire.Addr
+}
+
+// Handle returns the value to put in SendWR.AH.
+func (ah *AH) Handle() uint32 { return ah.index }
+
+// Attr returns the attributes the AH was created with.
+func (ah *AH) Attr() AHAttr { return ah.attr }
+
+// CreateAH creates an address handle (ibv_create_ah).
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	d := pd.dev
+	a, err := d.pathAddr(&attr, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := pd.ref(); err != nil {
+		return nil, err
+	}
+	ah := &AH{pd: pd, attr: attr, addr: a}
+	if err := d.ahs.add(ah, d.attr.MaxAH); err != nil {
+		pd.unref()
+		return nil, err
+	}
+	return ah, nil
+}
+
+// Destroy destroys the AH.
+func (ah *AH) Destroy() error {
+	if !ah.pd.dev.ahs.remove(ah) {
+		return ErrDestroyed
+	}
+	ah.pd.unref()
+	return nil
+}
+
+type ahTable struct {
+	mu    sync.RWMutex
+	slots []*AH
+	free  []uint32
+	n     int
+}
+
+func (t *ahTable) add(ah *AH, max int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n >= max {
+		return fmt.Errorf("%w: max_ah %d", ErrLimit, max)
+	}
+	if len(t.slots) == 0 {
+		t.slots = append(t.slots, nil) // handle 0 is never valid
+	}
+	var idx uint32
+	if k := len(t.free); k > 0 {
+		idx = t.free[k-1]
+		t.free = t.free[:k-1]
+	} else {
+		idx = uint32(len(t.slots))
+		t.slots = append(t.slots, nil)
+	}
+	ah.index = idx
+	t.slots[idx] = ah
+	t.n++
+	return nil
+}
+
+func (t *ahTable) remove(ah *AH) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if int(ah.index) >= len(t.slots) || t.slots[ah.index] != ah {
+		return false
+	}
+	t.slots[ah.index] = nil
+	t.free = append(t.free, ah.index)
+	t.n--
+	return true
+}
+
+// lookup copies the addressing of handle h into dst.
+func (t *ahTable) lookup(h uint32, dst *wire.Addr) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if int(h) >= len(t.slots) || t.slots[h] == nil {
+		return false
+	}
+	*dst = t.slots[h].addr
+	return true
+}
+
+// pathAddr builds the frame addressing for a path: source from the GID
+// table, destination from the DGID, next-hop MAC on Ethernet links. sport
+// is the UDP source port (0: computed per QP later).
+func (d *Device) pathAddr(attr *AHAttr, lqpn, rqpn uint32) (wire.Addr, error) {
+	var a wire.Addr
+	sgid, err := d.QueryGID(attr.SGIDIndex)
+	if err != nil {
+		return a, err
+	}
+	src, dst := sgid.Addr(), attr.DGID.Addr()
+	if src.Is4() != dst.Is4() {
+		return a, fmt.Errorf("%w: source GID %s and destination GID %s are of different IP versions", ErrInvalidArg, sgid, attr.DGID)
+	}
+	if attr.FlowLabel > 0xFFFFF {
+		return a, fmt.Errorf("%w: flow label 0x%x exceeds 20 bits", ErrInvalidArg, attr.FlowLabel)
+	}
+	hop := attr.HopLimit
+	if hop == 0 {
+		hop = 64 // rxe sends TTL 64 when the AV's hop limit is 0 or 1 on IPv4; the field is masked in the ICRC
+	}
+	a = wire.Addr{
+		SrcIP: src, DstIP: dst, SGID: sgid, DGID: attr.DGID,
+		TrafficClass: attr.TrafficClass, FlowLabel: attr.FlowLabel, HopLimit: hop,
+		DontFragment: true, SL: attr.SL, DLID: attr.DLID,
+	}
+	switch {
+	case d.opts.RoCEv1:
+		a.Kind = wire.KindRoCEv1
+	case src.Is4():
+		a.Kind = wire.KindRoCEv2IPv4
+	default:
+		a.Kind = wire.KindRoCEv2IPv6
+		a.UDPChecksum = true // IPv6 requires it; rxe sends 0, which Wireshark flags
+	}
+	a.SrcPort = d.sport
+	if a.SrcPort == 0 {
+		a.SrcPort = 0xC000 // replaced per QP by wire.UDPSourcePort at RTR
+	}
+	if d.format == link.FormatEthernet {
+		copy(a.SrcMAC[:], d.mac)
+		switch {
+		case len(attr.DMAC) == 6:
+			copy(a.DstMAC[:], attr.DMAC)
+		case d.opts.Resolver != nil:
+			mac, err := d.opts.Resolver.Resolve(dst)
+			if err != nil {
+				return a, fmt.Errorf("%w: next hop for %s: %v", ErrNoRoute, dst, err)
+			}
+			copy(a.DstMAC[:], mac)
+		default:
+			return a, fmt.Errorf("%w: no MAC for %s (set AHAttr.DMAC or Options.Resolver)", ErrNoRoute, dst)
+		}
+	}
+	return a, nil
+}

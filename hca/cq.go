@@ -1,0 +1,196 @@
+package hca
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/goroce/goroce/transport"
+)
+
+// WC is a work completion (ibv_wc).
+type WC = transport.Completion
+
+// CQ is a completion queue. Any goroutine may poll it; engines push into it.
+type CQ struct {
+	dev *Device
+
+	mu       sync.Mutex // protects the ring and notification state
+	ring     []WC
+	head, n  int
+	overflow bool
+	armed    bool
+	dead     bool
+	refs     int
+
+	avail  chan struct{} // 1-buffered: a completion arrived (for Wait)
+	events chan struct{} // 1-buffered: completion event after ReqNotify
+}
+
+// CreateCQ creates a completion queue with room for at least cqe entries
+// (ibv_create_cq).
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	if cqe < 1 || cqe > d.attr.MaxCQE {
+		return nil, fmt.Errorf("%w: cqe %d (1..%d)", ErrInvalidArg, cqe, d.attr.MaxCQE)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	if len(d.cqs) >= d.attr.MaxCQ {
+		return nil, fmt.Errorf("%w: max_cq %d", ErrLimit, d.attr.MaxCQ)
+	}
+	cq := &CQ{dev: d, ring: make([]WC, cqe), avail: make(chan struct{}, 1), events: make(chan struct{}, 1)}
+	d.cqs[cq] = struct{}{}
+	return cq, nil
+}
+
+// Cap returns the number of entries the CQ holds.
+func (cq *CQ) Cap() int { return len(cq.ring) }
+
+// Push implements transport.CompletionQueue. It returns false on overrun;
+// the completion is lost and the CQ reports ErrCQOverflow from Poll.
+func (cq *CQ) Push(wc *WC) bool {
+	cq.mu.Lock()
+	if cq.dead {
+		cq.mu.Unlock()
+		return false
+	}
+	if cq.n == len(cq.ring) {
+		cq.overflow = true
+		cq.mu.Unlock()
+		return false
+	}
+	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
+	cq.n++
+	fire := cq.armed
+	cq.armed = false
+	cq.mu.Unlock()
+	select {
+	case cq.avail <- struct{}{}:
+	default:
+	}
+	if fire {
+		select {
+		case cq.events <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// Poll moves up to len(wcs) completions into wcs and returns how many
+// (ibv_poll_cq). After an overrun it returns the completions it holds and
+// ErrCQOverflow.
+func (cq *CQ) Poll(wcs []WC) (int, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	k := 0
+	for k < len(wcs) && cq.n > 0 {
+		wcs[k] = cq.ring[cq.head]
+		cq.head = (cq.head + 1) % len(cq.ring)
+		cq.n--
+		k++
+	}
+	if cq.overflow {
+		return k, ErrCQOverflow
+	}
+	if cq.dead && k == 0 {
+		return 0, ErrDestroyed
+	}
+	return k, nil
+}
+
+// Len returns the number of completions waiting.
+func (cq *CQ) Len() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.n
+}
+
+// Wait blocks until the CQ holds at least one completion, ctx is done, or
+// the CQ is destroyed.
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		cq.mu.Lock()
+		n, dead := cq.n, cq.dead
+		cq.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		if dead {
+			return ErrDestroyed
+		}
+		select {
+		case <-cq.avail:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// ReqNotify arms the CQ: the next completion sends one event on Events
+// (ibv_req_notify_cq). solicitedOnly is accepted for API fidelity; goroce
+// raises the event for any completion, which verbs permits (a spurious
+// event is allowed, a missed one is not).
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.dead {
+		return ErrDestroyed
+	}
+	cq.armed = true
+	return nil
+}
+
+// Events delivers one value per completion event (the completion channel of
+// ibv_get_cq_event). Re-arm with ReqNotify after each event.
+func (cq *CQ) Events() <-chan struct{} { return cq.events }
+
+// Destroy destroys the CQ; it fails while QPs use it.
+func (cq *CQ) Destroy() error {
+	cq.mu.Lock()
+	if cq.dead {
+		cq.mu.Unlock()
+		return ErrDestroyed
+	}
+	if cq.refs > 0 {
+		cq.mu.Unlock()
+		return fmt.Errorf("%w: CQ used by %d QPs", ErrInUse, cq.refs)
+	}
+	cq.mu.Unlock()
+	cq.close()
+	cq.dev.mu.Lock()
+	delete(cq.dev.cqs, cq)
+	cq.dev.mu.Unlock()
+	return nil
+}
+
+func (cq *CQ) close() {
+	cq.mu.Lock()
+	cq.dead = true
+	cq.mu.Unlock()
+	select {
+	case cq.avail <- struct{}{}:
+	default:
+	}
+}
+
+func (cq *CQ) ref() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.dead {
+		return ErrDestroyed
+	}
+	cq.refs++
+	return nil
+}
+
+func (cq *CQ) unref() {
+	cq.mu.Lock()
+	cq.refs--
+	cq.mu.Unlock()
+}
+
+var _ transport.CompletionQueue = (*CQ)(nil)

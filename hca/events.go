@@ -1,0 +1,43 @@
+package hca
+
+// EventType is an asynchronous event type (ibv_event_type subset).
+type EventType uint8
+
+// Asynchronous events.
+const (
+	EventSRQLimitReached EventType = iota + 1
+	EventQPFatal
+	EventSQDrained
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventSRQLimitReached:
+		return "SRQ_LIMIT_REACHED"
+	case EventQPFatal:
+		return "QP_FATAL"
+	case EventSQDrained:
+		return "SQ_DRAINED"
+	}
+	return "UNKNOWN"
+}
+
+// AsyncEvent is one asynchronous event (ibv_get_async_event).
+type AsyncEvent struct {
+	Type EventType
+	QP   *QP
+	SRQ  *SRQ
+}
+
+// Events returns the device's asynchronous event channel. Events are
+// dropped (and counted in EventsDropped) when nobody reads it and its
+// buffer is full.
+func (d *Device) Events() <-chan AsyncEvent { return d.rt.events }
+
+func (d *Device) raise(e AsyncEvent) {
+	select {
+	case d.rt.events <- e:
+	default:
+		d.rt.eventsDropped.Add(1)
+	}
+}

@@ -1,0 +1,565 @@
+package hca_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/hca/link/memlink"
+	"github.com/goroce/goroce/transport"
+)
+
+var (
+	addrA = netip.MustParseAddr("192.0.2.1")
+	addrB = netip.MustParseAddr("192.0.2.2")
+)
+
+// pair opens two devices joined by an in-memory link.
+func pair(t testing.TB, cfg memlink.Config) (*hca.Device, *hca.Device) {
+	t.Helper()
+	if cfg.AddrsA == nil {
+		cfg.AddrsA, cfg.AddrsB = []netip.Addr{addrA}, []netip.Addr{addrB}
+	}
+	a, b, err := memlink.Pair(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, err := hca.Open(a, hca.Options{Name: "ga"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := hca.Open(b, hca.Options{Name: "gb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close(); db.Close() })
+	return da, db
+}
+
+// end is one side of a connected QP with its resources.
+type end struct {
+	dev    *hca.Device
+	pd     *hca.PD
+	cq     *hca.CQ
+	qp     *hca.QP
+	mr     *hca.MR
+	buf    []byte
+	gidIdx int
+}
+
+func newEnd(t testing.TB, d *hca.Device, typ hca.QPType, size int, access hca.Access) *end {
+	t.Helper()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(hca.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq,
+		Cap: hca.QPCap{MaxSendWR: 512, MaxRecvWR: 512, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, size)
+	mr, err := pd.RegMR(buf, access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &end{dev: d, pd: pd, cq: cq, qp: qp, mr: mr, buf: buf, gidIdx: 0}
+}
+
+// rcTimeout is the local ACK timeout connect sets on RC QPs.
+var rcTimeout uint8 = 14
+
+const allAccess = hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
+
+// connect moves both QPs to RTS, each pointing at the other.
+func connect(t testing.TB, a, b *end, mtu bth.MTU, psnA, psnB bth.PSN) {
+	t.Helper()
+	for _, s := range []struct {
+		l, r       *end
+		lpsn, rpsn bth.PSN
+	}{{a, b, psnA, psnB}, {b, a, psnB, psnA}} {
+		typ := s.l.qp.Type()
+		init := hca.QPAttr{Port: 1}
+		init.State = hca.StateInit
+		mask := transport.AttrState | transport.AttrPKeyIndex | transport.AttrPort
+		if typ == hca.UD {
+			init.QKey = 0x11111111
+			mask |= transport.AttrQKey
+		} else {
+			init.AccessFlags = hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
+			mask |= transport.AttrAccessFlags
+		}
+		if err := s.l.qp.Modify(&init, mask); err != nil {
+			t.Fatal(err)
+		}
+		rgid, err := s.r.dev.QueryGID(s.r.gidIdx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rtr := hca.QPAttr{AH: hca.AHAttr{DGID: rgid, SGIDIndex: s.l.gidIdx, HopLimit: 64}}
+		rtr.State = hca.StateRTR
+		mask = transport.AttrState
+		if typ != hca.UD {
+			rtr.PathMTU, rtr.DestQPN, rtr.RQPSN = mtu, s.r.qp.QPN(), s.rpsn
+			mask |= transport.AttrAV | transport.AttrPathMTU | transport.AttrDestQPN | transport.AttrRQPSN
+			if typ == hca.RC {
+				rtr.MaxDestRdAtomic, rtr.MinRNRTimer = 16, 12
+				mask |= transport.AttrMaxDestRdAtomic | transport.AttrMinRNRTimer
+			}
+		}
+		if err := s.l.qp.Modify(&rtr, mask); err != nil {
+			t.Fatal(err)
+		}
+		rts := hca.QPAttr{}
+		rts.State, rts.SQPSN = hca.StateRTS, s.lpsn
+		mask = transport.AttrState | transport.AttrSQPSN
+		if typ == hca.RC {
+			rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = rcTimeout, 7, 7, 16
+			mask |= transport.AttrTimeout | transport.AttrRetryCnt | transport.AttrRNRRetry | transport.AttrMaxQPRdAtomic
+		}
+		if err := s.l.qp.Modify(&rts, mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitWC polls cq until it yields one completion or the deadline passes.
+func waitWC(t testing.TB, cq *hca.CQ) hca.WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wc [1]hca.WC
+	for {
+		n, err := cq.Poll(wc[:])
+		if err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+		if n == 1 {
+			return wc[0]
+		}
+		if err := cq.Wait(ctx); err != nil {
+			t.Fatalf("waiting for a completion: %v", err)
+		}
+	}
+}
+
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+}
+
+func TestRCOperations(t *testing.T) {
+	da, db := pair(t, memlink.Config{})
+	const size = 1 << 20
+	a := newEnd(t, da, hca.RC, 2*size, allAccess)
+	b := newEnd(t, db, hca.RC, 2*size, allAccess)
+	connect(t, a, b, bth.MTU1024, 0xFFFFF0, 0x123456) // PSNs wrap during the test
+
+	for _, n := range []int{0, 1, 1023, 1024, 1025, 4096, size} {
+		// SEND: b posts a receive, a sends.
+		fill(a.buf[:n], byte(n))
+		if err := b.qp.PostRecv(&hca.RecvWR{ID: 7, SGL: []hca.SGE{b.mr.SGE(size, size)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&hca.SendWR{ID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
+			SGL: []hca.SGE{a.mr.SGE(0, n)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess || wc.WRID != 1 || wc.Opcode != transport.WCSend {
+			t.Fatalf("send %d: %+v", n, wc)
+		}
+		wc := waitWC(t, b.cq)
+		if wc.Status != transport.StatusSuccess || wc.WRID != 7 || wc.ByteLen != uint32(n) || wc.Opcode != transport.WCRecv {
+			t.Fatalf("recv %d: %+v", n, wc)
+		}
+		if !bytes.Equal(b.buf[size:size+n], a.buf[:n]) {
+			t.Fatalf("SEND %d: data differs", n)
+		}
+
+		// RDMA WRITE a → b.
+		fill(a.buf[:n], byte(n)+1)
+		if err := a.qp.PostSend(&hca.SendWR{ID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []hca.SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess || wc.Opcode != transport.WCRDMAWrite {
+			t.Fatalf("write %d: %+v", n, wc)
+		}
+		if !bytes.Equal(b.buf[:n], a.buf[:n]) {
+			t.Fatalf("WRITE %d: data differs", n)
+		}
+
+		// RDMA READ b → a.
+		fill(b.buf[size:size+n], byte(n)+2)
+		if err := a.qp.PostSend(&hca.SendWR{ID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []hca.SGE{a.mr.SGE(size, n)}, RemoteAddr: b.mr.Addr() + size, RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess || wc.Opcode != transport.WCRDMARead || wc.ByteLen != uint32(n) {
+			t.Fatalf("read %d: %+v", n, wc)
+		}
+		if !bytes.Equal(a.buf[size:size+n], b.buf[size:size+n]) {
+			t.Fatalf("READ %d: data differs", n)
+		}
+	}
+
+	// Atomics on an 8-byte aligned word of b.
+	binary.NativeEndian.PutUint64(b.buf[64:], 100)
+	if err := a.qp.PostSend(&hca.SendWR{ID: 4, Opcode: transport.WRAtomicFetchAndAdd, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(128, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey(), CompareAdd: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess || wc.Opcode != transport.WCFetchAdd {
+		t.Fatalf("fetch-add: %+v", wc)
+	}
+	if got := binary.NativeEndian.Uint64(a.buf[128:]); got != 100 {
+		t.Fatalf("fetch-add returned %d, want 100", got)
+	}
+	if err := a.qp.PostSend(&hca.SendWR{ID: 5, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(136, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey(), CompareAdd: 105, Swap: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess || wc.Opcode != transport.WCCompSwap {
+		t.Fatalf("cmp-swap: %+v", wc)
+	}
+	if got := binary.NativeEndian.Uint64(a.buf[136:]); got != 105 {
+		t.Fatalf("cmp-swap returned %d, want 105", got)
+	}
+	if got := binary.NativeEndian.Uint64(b.buf[64:]); got != 7 {
+		t.Fatalf("target after cmp-swap = %d, want 7", got)
+	}
+
+	// WRITE_WITH_IMM consumes a receive and reports the immediate.
+	if err := b.qp.PostRecv(&hca.RecvWR{ID: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(&hca.SendWR{ID: 6, Opcode: transport.WRRDMAWriteWithImm, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(0, 3000)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Imm: 0xdeadbeef}); err != nil {
+		t.Fatal(err)
+	}
+	waitWC(t, a.cq)
+	wc := waitWC(t, b.cq)
+	if wc.Opcode != transport.WCRecvRDMAWithImm || wc.Imm != 0xdeadbeef || wc.Flags&transport.WCWithImm == 0 || wc.ByteLen != 3000 {
+		t.Fatalf("write-with-imm recv: %+v", wc)
+	}
+}
+
+func TestModifyErrorsNameTheProblem(t *testing.T) {
+	da, _ := pair(t, memlink.Config{})
+	a := newEnd(t, da, hca.RC, 4096, allAccess)
+	// RESET → RTR is illegal.
+	var attr hca.QPAttr
+	attr.State = hca.StateRTR
+	err := a.qp.Modify(&attr, transport.AttrState)
+	var se *hca.StateError
+	if !errors.As(err, &se) || !errors.Is(err, hca.ErrQPState) {
+		t.Fatalf("RESET->RTR: got %v, want a StateError", err)
+	}
+	// RESET → INIT without PORT.
+	attr = hca.QPAttr{}
+	attr.State = hca.StateInit
+	err = a.qp.Modify(&attr, transport.AttrState|transport.AttrPKeyIndex|transport.AttrAccessFlags)
+	var me *hca.MaskError
+	if !errors.As(err, &me) || me.Missing != transport.AttrPort {
+		t.Fatalf("missing PORT: got %v", err)
+	}
+	if want := "missing required PORT"; !bytes.Contains([]byte(err.Error()), []byte(want)) {
+		t.Fatalf("error %q does not name %q", err, want)
+	}
+	// A QKEY on an RC RESET→INIT is not allowed.
+	attr.Port = 1
+	err = a.qp.Modify(&attr, transport.AttrState|transport.AttrPKeyIndex|transport.AttrAccessFlags|transport.AttrPort|transport.AttrQKey)
+	if !errors.As(err, &me) || me.Extra != transport.AttrQKey {
+		t.Fatalf("extra QKEY: got %v", err)
+	}
+	// A bad value names the attribute.
+	attr.Port = 2
+	err = a.qp.Modify(&attr, transport.AttrState|transport.AttrPKeyIndex|transport.AttrAccessFlags|transport.AttrPort)
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("port_num")) {
+		t.Fatalf("bad port: got %v", err)
+	}
+	// Posting a send in RESET fails.
+	if err := a.qp.PostSend(&hca.SendWR{Opcode: transport.WRSend}); err == nil {
+		t.Fatal("post_send in RESET succeeded")
+	}
+}
+
+func TestRemoteAccessRefusals(t *testing.T) {
+	cases := []struct {
+		name string
+		wr   func(b *end, other *hca.MR) hca.SendWR
+	}{
+		{"bad rkey", func(b *end, _ *hca.MR) hca.SendWR {
+			return hca.SendWR{Opcode: transport.WRRDMAWrite, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey() ^ 0x5500}
+		}},
+		{"out of range", func(b *end, _ *hca.MR) hca.SendWR {
+			return hca.SendWR{Opcode: transport.WRRDMAWrite, RemoteAddr: b.mr.Addr() + uint64(b.mr.Len()) - 8, RKey: b.mr.RKey()}
+		}},
+		{"no remote read right", func(b *end, _ *hca.MR) hca.SendWR {
+			return hca.SendWR{Opcode: transport.WRRDMARead, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		}},
+		{"MR of another PD", func(b *end, other *hca.MR) hca.SendWR {
+			return hca.SendWR{Opcode: transport.WRRDMAWrite, RemoteAddr: other.Addr(), RKey: other.RKey()}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			da, db := pair(t, memlink.Config{})
+			a := newEnd(t, da, hca.RC, 4096, allAccess)
+			b := newEnd(t, db, hca.RC, 4096, hca.AccessLocalWrite|hca.AccessRemoteWrite)
+			pd2, _ := db.AllocPD()
+			other, err := pd2.RegMR(make([]byte, 4096), allAccess)
+			if err != nil {
+				t.Fatal(err)
+			}
+			connect(t, a, b, bth.MTU1024, 1, 2)
+			guard := append([]byte(nil), other.Bytes()...)
+			wr := c.wr(b, other)
+			wr.ID, wr.Flags, wr.SGL = 9, transport.SendSignaled, []hca.SGE{a.mr.SGE(0, 64)}
+			fill(a.buf[:64], 3)
+			if err := a.qp.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			if wc := waitWC(t, a.cq); wc.Status != transport.StatusRemAccessErr {
+				t.Fatalf("got %v, want REM_ACCESS_ERR", wc.Status)
+			}
+			if !bytes.Equal(guard, other.Bytes()) {
+				t.Fatal("memory of the other PD changed")
+			}
+			if a.qp.State() != hca.StateErr {
+				t.Fatalf("requester QP state %s, want ERR", a.qp.State())
+			}
+		})
+	}
+}
+
+func TestFlushOnError(t *testing.T) {
+	da, db := pair(t, memlink.Config{})
+	a := newEnd(t, da, hca.RC, 4096, allAccess)
+	b := newEnd(t, db, hca.RC, 4096, allAccess)
+	connect(t, a, b, bth.MTU1024, 1, 2)
+	for i := 0; i < 3; i++ {
+		if err := b.qp.PostRecv(&hca.RecvWR{ID: uint64(10 + i), SGL: []hca.SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var attr hca.QPAttr
+	attr.State = hca.StateErr
+	if err := b.qp.Modify(&attr, transport.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		wc := waitWC(t, b.cq)
+		if wc.Status != transport.StatusWRFlushErr || wc.WRID != uint64(10+i) {
+			t.Fatalf("flush %d: %+v", i, wc)
+		}
+	}
+	// A receive posted in ERR is flushed at once.
+	if err := b.qp.PostRecv(&hca.RecvWR{ID: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, b.cq); wc.Status != transport.StatusWRFlushErr || wc.WRID != 20 {
+		t.Fatalf("post in ERR: %+v", wc)
+	}
+}
+
+func TestUDCarriesGRH(t *testing.T) {
+	da, db := pair(t, memlink.Config{})
+	a := newEnd(t, da, hca.UD, 8192, allAccess)
+	b := newEnd(t, db, hca.UD, 8192, allAccess)
+	connect(t, a, b, bth.MTU1024, 10, 20)
+	bgid, _ := db.QueryGID(0)
+	ah, err := a.pd.CreateAH(hca.AHAttr{DGID: bgid, SGIDIndex: 0, HopLimit: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.PostRecv(&hca.RecvWR{ID: 1, SGL: []hca.SGE{b.mr.SGE(0, 40+512)}}); err != nil {
+		t.Fatal(err)
+	}
+	fill(a.buf[:512], 9)
+	if err := a.qp.PostSend(&hca.SendWR{ID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(0, 512)}, AH: ah.Handle(), RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111}); err != nil {
+		t.Fatal(err)
+	}
+	waitWC(t, a.cq)
+	wc := waitWC(t, b.cq)
+	if wc.Status != transport.StatusSuccess || wc.ByteLen != 40+512 || wc.SrcQP != a.qp.QPN() || wc.Flags&transport.WCWithGRH == 0 {
+		t.Fatalf("UD recv: %+v", wc)
+	}
+	// IPv4: 20 zero bytes then the IPv4 header with our addresses.
+	if !bytes.Equal(b.buf[:20], make([]byte, 20)) || b.buf[20]>>4 != 4 {
+		t.Fatalf("GRH area % x", b.buf[:40])
+	}
+	if got := netip.AddrFrom4([4]byte(b.buf[32:36])); got != addrA {
+		t.Fatalf("GRH source %s, want %s", got, addrA)
+	}
+	if !bytes.Equal(b.buf[40:40+512], a.buf[:512]) {
+		t.Fatal("UD payload differs")
+	}
+}
+
+func TestSRQLimitEvent(t *testing.T) {
+	da, db := pair(t, memlink.Config{})
+	a := newEnd(t, da, hca.RC, 4096, allAccess)
+	pd, _ := db.AllocPD()
+	srq, err := pd.CreateSRQ(hca.SRQAttr{MaxWR: 16, MaxSGE: 1, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, _ := db.CreateCQ(64)
+	qp, err := pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: hca.QPCap{MaxSendWR: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	mr, _ := pd.RegMR(buf, hca.AccessLocalWrite)
+	b := &end{dev: db, pd: pd, cq: cq, qp: qp, mr: mr, buf: buf}
+	connect(t, a, b, bth.MTU1024, 5, 6)
+	if err := qp.PostRecv(&hca.RecvWR{}); err == nil {
+		t.Fatal("PostRecv on a QP with an SRQ succeeded")
+	}
+	for i := 0; i < 3; i++ {
+		if err := srq.PostRecv(&hca.RecvWR{ID: uint64(i), SGL: []hca.SGE{mr.SGE(i*64, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if err := a.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRSend, SGL: []hca.SGE{a.mr.SGE(0, 32)}, Flags: transport.SendSignaled}); err != nil {
+			t.Fatal(err)
+		}
+		waitWC(t, a.cq)
+		if wc := waitWC(t, cq); wc.WRID != uint64(i) || wc.Status != transport.StatusSuccess {
+			t.Fatalf("srq recv %d: %+v", i, wc)
+		}
+	}
+	select {
+	case ev := <-db.Events():
+		if ev.Type != hca.EventSRQLimitReached || ev.SRQ != srq {
+			t.Fatalf("event %+v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no SRQ limit event")
+	}
+	if srq.Query().Limit != 0 {
+		t.Fatal("limit not disarmed after the event")
+	}
+}
+
+func TestRCUnderLoss(t *testing.T) {
+	f := memlink.Faults{Loss: 0.05, Reorder: 0.05, Duplicate: 0.02, Corrupt: 0.01}
+	da, db := pair(t, memlink.Config{Seed: 42, AtoB: f, BtoA: f})
+	const size = 64 << 10
+	a := newEnd(t, da, hca.RC, size, allAccess)
+	b := newEnd(t, db, hca.RC, size, allAccess)
+	// A short local ACK timeout (4.096µs<<10 ≈ 4ms) so tail losses recover quickly.
+	rcTimeout = 10
+	defer func() { rcTimeout = 14 }()
+	connect(t, a, b, bth.MTU1024, 0xFFFF00, 77)
+	n := 300
+	if testing.Short() {
+		n = 60
+	}
+	for i := 0; i < n; i++ {
+		ln := 1 + (i*997)%size
+		fill(a.buf[:ln], byte(i))
+		if err := b.qp.PostRecv(&hca.RecvWR{ID: uint64(i), SGL: []hca.SGE{b.mr.SGE(0, size)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []hca.SGE{a.mr.SGE(0, ln)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("msg %d send: %+v", i, wc)
+		}
+		wc := waitWC(t, b.cq)
+		if wc.Status != transport.StatusSuccess || wc.WRID != uint64(i) || wc.ByteLen != uint32(ln) {
+			t.Fatalf("msg %d recv: %+v", i, wc)
+		}
+		if !bytes.Equal(b.buf[:ln], a.buf[:ln]) {
+			t.Fatalf("msg %d data differs", i)
+		}
+	}
+	if da.Counters.RxICRCErrors.Load()+db.Counters.RxICRCErrors.Load() == 0 {
+		t.Error("1% corruption produced no ICRC error: the check is not running")
+	}
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for i := 0; i < 3; i++ {
+		a, b, err := memlink.Pair(memlink.Config{AddrsA: []netip.Addr{addrA}, AddrsB: []netip.Addr{addrB}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		da, err := hca.Open(a, hca.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := hca.Open(b, hca.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ea := newEnd(t, da, hca.RC, 4096, allAccess)
+		eb := newEnd(t, db, hca.RC, 4096, allAccess)
+		connect(t, ea, eb, bth.MTU1024, 1, 1)
+		da.Close()
+		db.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, g, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestAPIMisuse(t *testing.T) {
+	da, _ := pair(t, memlink.Config{})
+	pd, _ := da.AllocPD()
+	if _, err := pd.RegMR(nil, 0); !errors.Is(err, hca.ErrInvalidArg) {
+		t.Fatalf("RegMR(nil): %v", err)
+	}
+	if _, err := pd.RegMR(make([]byte, 8), hca.AccessRemoteWrite); !errors.Is(err, hca.ErrInvalidArg) {
+		t.Fatalf("REMOTE_WRITE without LOCAL_WRITE: %v", err)
+	}
+	if _, err := da.CreateCQ(0); !errors.Is(err, hca.ErrInvalidArg) {
+		t.Fatalf("CreateCQ(0): %v", err)
+	}
+	cq, _ := da.CreateCQ(4)
+	if _, err := pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: cq}); !errors.Is(err, hca.ErrInvalidArg) {
+		t.Fatalf("QP without recv CQ: %v", err)
+	}
+	qp, err := pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: cq, RecvCQ: cq, Cap: hca.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Destroy(); !errors.Is(err, hca.ErrInUse) {
+		t.Fatalf("destroying a CQ in use: %v", err)
+	}
+	if err := pd.Dealloc(); !errors.Is(err, hca.ErrInUse) {
+		t.Fatalf("deallocating a PD in use: %v", err)
+	}
+	if _, err := da.QueryGID(99); !errors.Is(err, hca.ErrNoGID) {
+		t.Fatalf("QueryGID(99): %v", err)
+	}
+	if err := qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.PostSend(&hca.SendWR{}); !errors.Is(err, hca.ErrDestroyed) {
+		t.Fatalf("post on destroyed QP: %v", err)
+	}
+}

@@ -1,0 +1,281 @@
+package hca
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/transport"
+)
+
+// Access is a set of memory access rights (ibv_access_flags).
+type Access = transport.Access
+
+// Access rights re-exported from transport.
+const (
+	AccessLocalWrite   = transport.AccessLocalWrite
+	AccessRemoteWrite  = transport.AccessRemoteWrite
+	AccessRemoteRead   = transport.AccessRemoteRead
+	AccessRemoteAtomic = transport.AccessRemoteAtomic
+)
+
+const accessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+
+// PD is a protection domain.
+type PD struct {
+	dev  *Device
+	id   uint32
+	mu   sync.Mutex // protects refs and dead
+	refs int
+	dead bool
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	if len(d.pds) >= d.attr.MaxPD {
+		return nil, fmt.Errorf("%w: max_pd %d", ErrLimit, d.attr.MaxPD)
+	}
+	pd := &PD{dev: d, id: d.nextPD}
+	d.nextPD++
+	d.pds[pd.id] = pd
+	return pd, nil
+}
+
+// Handle returns the PD's number.
+func (pd *PD) Handle() uint32 { return pd.id }
+
+// Dealloc frees the PD; it fails while MRs, QPs, SRQs or AHs use it.
+func (pd *PD) Dealloc() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return ErrDestroyed
+	}
+	if pd.refs > 0 {
+		return fmt.Errorf("%w: PD %d still has %d objects", ErrInUse, pd.id, pd.refs)
+	}
+	pd.dead = true
+	pd.dev.mu.Lock()
+	delete(pd.dev.pds, pd.id)
+	pd.dev.mu.Unlock()
+	return nil
+}
+
+func (pd *PD) ref() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return fmt.Errorf("%w: PD %d", ErrDestroyed, pd.id)
+	}
+	pd.refs++
+	return nil
+}
+
+func (pd *PD) unref() {
+	pd.mu.Lock()
+	pd.refs--
+	pd.mu.Unlock()
+}
+
+// MR is a registered memory region. Its address space is the real virtual
+// address of the registered buffer, as with verbs, so a peer's RETH VA is
+// the address the owner sees.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	addr   uint64
+	access Access
+	lkey   bth.LKey
+	rkey   bth.RKey
+	index  uint32
+	valid  bool // false after invalidation; protected by the MR table lock
+}
+
+// RegMR registers buf with the given access (ibv_reg_mr). As verbs
+// requires, REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE. buf must stay
+// alive and must not be resized while registered; the caller may read and
+// write it at any time, but must not expect ordering with remote accesses
+// other than through completions.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("%w: cannot register an empty buffer", ErrInvalidArg)
+	}
+	if access&^accessAll != 0 {
+		return nil, fmt.Errorf("%w: unknown access flags 0x%x", ErrInvalidArg, uint32(access&^accessAll))
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("%w: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE", ErrInvalidArg)
+	}
+	if err := pd.ref(); err != nil {
+		return nil, err
+	}
+	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
+	if err := pd.dev.mrs.add(mr, pd.dev.attr.MaxMR); err != nil {
+		pd.unref()
+		return nil, err
+	}
+	return mr, nil
+}
+
+// LKey returns the local key.
+func (mr *MR) LKey() bth.LKey { return mr.lkey }
+
+// RKey returns the remote key.
+func (mr *MR) RKey() bth.RKey { return mr.rkey }
+
+// Addr returns the virtual address of the first byte.
+func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Len returns the registered length.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// Bytes returns the registered buffer.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// SGE returns a scatter/gather element covering [off, off+n) of the MR.
+func (mr *MR) SGE(off, n int) transport.SGE {
+	return transport.SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.lkey}
+}
+
+// Dereg deregisters the MR (ibv_dereg_mr). Later accesses with its keys fail.
+func (mr *MR) Dereg() error {
+	if !mr.pd.dev.mrs.remove(mr) {
+		return fmt.Errorf("%w: MR already deregistered", ErrDestroyed)
+	}
+	mr.pd.unref()
+	return nil
+}
+
+// mrTable maps key indices to MRs. Keys are index<<8 | 8-bit key, as rxe's.
+// It implements transport.Memory.
+type mrTable struct {
+	mu    sync.RWMutex
+	slots []*MR
+	free  []uint32
+	gen   uint8
+	n     int
+}
+
+func (t *mrTable) add(mr *MR, max int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n >= max {
+		return fmt.Errorf("%w: max_mr %d", ErrLimit, max)
+	}
+	var idx uint32
+	if n := len(t.free); n > 0 {
+		idx = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		if len(t.slots) == 0 {
+			t.slots = append(t.slots, nil) // index 0 unused: key 0 is never valid
+		}
+		idx = uint32(len(t.slots))
+		t.slots = append(t.slots, nil)
+	}
+	t.gen++
+	key := uint32(t.gen)
+	mr.index = idx
+	mr.lkey = bth.LKey(idx<<8 | key)
+	mr.rkey = bth.RKey(idx<<8 | key)
+	t.slots[idx] = mr
+	t.n++
+	return nil
+}
+
+func (t *mrTable) remove(mr *MR) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if int(mr.index) >= len(t.slots) || t.slots[mr.index] != mr {
+		return false
+	}
+	t.slots[mr.index] = nil
+	t.free = append(t.free, mr.index)
+	t.n--
+	return true
+}
+
+// lookup must be called with t.mu held.
+func (t *mrTable) lookup(key uint32) *MR {
+	idx := key >> 8
+	if idx == 0 || int(idx) >= len(t.slots) {
+		return nil
+	}
+	return t.slots[idx]
+}
+
+// errMemKey etc. are the typed reasons of a refused memory access.
+var (
+	errMemKey    = fmt.Errorf("%w: no memory region with this key", ErrAccess)
+	errMemPD     = fmt.Errorf("%w: memory region belongs to another PD", ErrAccess)
+	errMemRange  = fmt.Errorf("%w: range outside the memory region", ErrAccess)
+	errMemRights = fmt.Errorf("%w: memory region does not allow this access", ErrAccess)
+	errMemInval  = fmt.Errorf("%w: memory region was invalidated", ErrAccess)
+)
+
+func (t *mrTable) resolve(pd uint32, key uint32, addr uint64, length uint32, need Access, local bool) ([]byte, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	mr := t.lookup(key)
+	if mr == nil {
+		return nil, errMemKey
+	}
+	if local && uint32(mr.lkey) != key || !local && uint32(mr.rkey) != key {
+		return nil, errMemKey
+	}
+	if !mr.valid {
+		return nil, errMemInval
+	}
+	if mr.pd.id != pd {
+		return nil, errMemPD
+	}
+	if need&^mr.access != 0 {
+		return nil, errMemRights
+	}
+	if addr < mr.addr {
+		return nil, errMemRange
+	}
+	off := addr - mr.addr
+	size := uint64(len(mr.buf))
+	if off > size || uint64(length) > size-off {
+		return nil, errMemRange
+	}
+	return mr.buf[off : off+uint64(length) : off+uint64(length)], nil
+}
+
+// Local implements transport.Memory.
+func (t *mrTable) Local(pd uint32, lkey bth.LKey, addr uint64, length uint32, need Access) ([]byte, error) {
+	return t.resolve(pd, uint32(lkey), addr, length, need, true)
+}
+
+// Remote implements transport.Memory.
+func (t *mrTable) Remote(pd uint32, rkey bth.RKey, addr uint64, length uint32, need Access) ([]byte, error) {
+	if need == 0 {
+		return nil, errMemRights // a remote access always needs a right
+	}
+	return t.resolve(pd, uint32(rkey), addr, length, need, false)
+}
+
+// Invalidate implements transport.Memory: SEND_WITH_INV invalidates the
+// region named by rkey, which must belong to pd.
+func (t *mrTable) Invalidate(pd uint32, rkey bth.RKey) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	mr := t.lookup(uint32(rkey))
+	if mr == nil || uint32(mr.rkey) != uint32(rkey) {
+		return errMemKey
+	}
+	if mr.pd.id != pd {
+		return errMemPD
+	}
+	mr.valid = false
+	return nil
+}
+
+var _ transport.Memory = (*mrTable)(nil)

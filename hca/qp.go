@@ -1,0 +1,528 @@
+package hca
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+// Re-exported transport types, so users of the verbs API import hca only.
+type (
+	QPType   = transport.QPType
+	QPState  = transport.State
+	SendWR   = transport.SendWR
+	AttrMask = transport.AttrMask
+	Status   = transport.Status
+)
+
+// QP types and states.
+const (
+	RC = transport.RC
+	UC = transport.UC
+	UD = transport.UD
+
+	StateReset = transport.StateReset
+	StateInit  = transport.StateInit
+	StateRTR   = transport.StateRTR
+	StateRTS   = transport.StateRTS
+	StateSQD   = transport.StateSQD
+	StateSQE   = transport.StateSQE
+	StateErr   = transport.StateErr
+)
+
+// QPCap are the queue capacities (ibv_qp_cap).
+type QPCap struct {
+	MaxSendWR     int
+	MaxRecvWR     int
+	MaxSendSGE    int
+	MaxRecvSGE    int
+	MaxInlineData int
+}
+
+// QPInitAttr are the creation attributes (ibv_qp_init_attr).
+type QPInitAttr struct {
+	Type      QPType
+	SendCQ    *CQ
+	RecvCQ    *CQ
+	SRQ       *SRQ
+	Cap       QPCap
+	SignalAll bool
+}
+
+// QPAttr are the modify/query attributes (ibv_qp_attr). The AV (AttrAV)
+// is AH; Port (AttrPort) must be 1.
+type QPAttr struct {
+	transport.Attr
+	AH   AHAttr
+	Port int
+}
+
+// QP is a queue pair.
+type QP struct {
+	dev    *Device
+	pd     *PD
+	typ    QPType
+	qpn    bth.QPN
+	init   QPInitAttr
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+	rq     *recvRing
+
+	mu   sync.Mutex // protects eng, attr, path and pathOK
+	eng  *transport.QP
+	attr QPAttr
+	// path is the frame addressing of the connected peer (RC/UC), valid
+	// from RTR on.
+	path   wire.Addr
+	pathOK bool
+
+	destroyed atomic.Bool
+	// Owned by the runtime worker:
+	active bool           // in the worker's active list
+	sched  transport.Time // deadline currently in the timer heap (0: none)
+	kicked atomic.Bool    // queued on the doorbell list
+}
+
+// CreateQP creates a queue pair in RESET (ibv_create_qp).
+func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
+	d := pd.dev
+	switch ia.Type {
+	case RC, UC, UD:
+	default:
+		return nil, fmt.Errorf("%w: QP type %d (RC, UC and UD are supported)", ErrInvalidArg, ia.Type)
+	}
+	if ia.SendCQ == nil || ia.RecvCQ == nil {
+		return nil, fmt.Errorf("%w: send_cq and recv_cq are required", ErrInvalidArg)
+	}
+	if ia.SendCQ.dev != d || ia.RecvCQ.dev != d {
+		return nil, fmt.Errorf("%w: CQ of another device", ErrWrongDevice)
+	}
+	c := &ia.Cap
+	if c.MaxSendWR < 1 || c.MaxSendWR > d.attr.MaxQPWR {
+		return nil, fmt.Errorf("%w: max_send_wr %d (1..%d)", ErrInvalidArg, c.MaxSendWR, d.attr.MaxQPWR)
+	}
+	if c.MaxSendSGE < 1 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxSendSGE > d.attr.MaxSGE {
+		return nil, fmt.Errorf("%w: max_send_sge %d (max %d)", ErrInvalidArg, c.MaxSendSGE, d.attr.MaxSGE)
+	}
+	if c.MaxInlineData < 0 || c.MaxInlineData > d.attr.MaxInlineData {
+		return nil, fmt.Errorf("%w: max_inline_data %d (max %d)", ErrInvalidArg, c.MaxInlineData, d.attr.MaxInlineData)
+	}
+	if ia.SRQ != nil {
+		if ia.SRQ.pd.dev != d {
+			return nil, fmt.Errorf("%w: SRQ of another device", ErrWrongDevice)
+		}
+	} else {
+		if c.MaxRecvWR < 1 || c.MaxRecvWR > d.attr.MaxQPWR {
+			return nil, fmt.Errorf("%w: max_recv_wr %d (1..%d)", ErrInvalidArg, c.MaxRecvWR, d.attr.MaxQPWR)
+		}
+		if c.MaxRecvSGE < 1 {
+			c.MaxRecvSGE = 1
+		}
+		if c.MaxRecvSGE > d.attr.MaxSGE {
+			return nil, fmt.Errorf("%w: max_recv_sge %d (max %d)", ErrInvalidArg, c.MaxRecvSGE, d.attr.MaxSGE)
+		}
+	}
+	if err := pd.ref(); err != nil {
+		return nil, err
+	}
+	q := &QP{dev: d, pd: pd, typ: ia.Type, init: ia, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ}
+	var rq transport.RecvQueue
+	maxRecvSGE := c.MaxRecvSGE
+	if ia.SRQ != nil {
+		ia.SRQ.mu.Lock()
+		if ia.SRQ.dead {
+			ia.SRQ.mu.Unlock()
+			pd.unref()
+			return nil, fmt.Errorf("%w: SRQ", ErrDestroyed)
+		}
+		ia.SRQ.refs++
+		ia.SRQ.mu.Unlock()
+		rq = ia.SRQ.ring
+		maxRecvSGE = ia.SRQ.ring.maxSGE
+	} else {
+		q.rq = newRecvRing(c.MaxRecvWR, c.MaxRecvSGE)
+		rq = q.rq
+	}
+	release := func() {
+		pd.unref()
+		if ia.SRQ != nil {
+			ia.SRQ.mu.Lock()
+			ia.SRQ.refs--
+			ia.SRQ.mu.Unlock()
+		}
+	}
+	if err := ia.SendCQ.ref(); err != nil {
+		release()
+		return nil, err
+	}
+	if err := ia.RecvCQ.ref(); err != nil {
+		ia.SendCQ.unref()
+		release()
+		return nil, err
+	}
+	d.mu.Lock()
+	if err := d.checkOpen(); err != nil {
+		d.mu.Unlock()
+		q.releaseRefs()
+		return nil, err
+	}
+	if d.nQP >= d.attr.MaxQP {
+		d.mu.Unlock()
+		q.releaseRefs()
+		return nil, fmt.Errorf("%w: max_qp %d", ErrLimit, d.attr.MaxQP)
+	}
+	qpn := d.allocQPN()
+	q.qpn = bth.QPN(qpn)
+	eng, err := transport.NewQP(transport.Config{
+		Type: ia.Type, QPN: q.qpn, PD: pd.id,
+		MaxSendWR: c.MaxSendWR, MaxSendSGE: c.MaxSendSGE, MaxRecvSGE: maxRecvSGE,
+		MaxInlineData: c.MaxInlineData, SignalAll: ia.SignalAll,
+		Memory: &d.mrs, SendCQ: ia.SendCQ, RecvCQ: ia.RecvCQ, RQ: rq, SRQ: ia.SRQ != nil,
+	})
+	if err != nil {
+		d.mu.Unlock()
+		q.releaseRefs()
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArg, err)
+	}
+	q.eng = eng
+	d.qps.set(qpn, q)
+	d.nQP++
+	d.mu.Unlock()
+	return q, nil
+}
+
+// allocQPN returns an unused 24-bit QPN; d.mu must be held.
+func (d *Device) allocQPN() uint32 {
+	for {
+		n := d.nextQPN
+		d.nextQPN++
+		if d.nextQPN > 0xFFFFFE {
+			d.nextQPN = firstQPN
+		}
+		if d.qps.get(n) == nil {
+			return n
+		}
+	}
+}
+
+func (q *QP) releaseRefs() {
+	q.sendCQ.unref()
+	q.recvCQ.unref()
+	q.pd.unref()
+	if q.srq != nil {
+		q.srq.mu.Lock()
+		q.srq.refs--
+		q.srq.mu.Unlock()
+	}
+}
+
+// QPN returns the queue pair number.
+func (q *QP) QPN() bth.QPN { return q.qpn }
+
+// Type returns the QP type.
+func (q *QP) Type() QPType { return q.typ }
+
+// State returns the current state (it may change under the caller's feet
+// when the transport moves the QP to ERR).
+func (q *QP) State() QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.eng.State()
+}
+
+// Stats returns a copy of the engine counters.
+func (q *QP) Stats() transport.Stats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return *q.eng.Stats()
+}
+
+// Query returns the last attributes applied and the current state.
+func (q *QP) Query() (QPAttr, QPInitAttr) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := q.attr
+	a.State = q.eng.State()
+	return a, q.init
+}
+
+// Modify changes QP attributes and state (ibv_modify_qp). An illegal
+// transition returns a *StateError, a bad mask a *MaskError, a bad value
+// an error naming the attribute.
+func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
+	if q.destroyed.Load() {
+		return ErrDestroyed
+	}
+	d := q.dev
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cur := q.eng.State()
+	to, err := checkTransition(q.typ, cur, &attr.Attr, mask)
+	if err != nil {
+		return err
+	}
+	if err := q.checkValues(attr, mask); err != nil {
+		return err
+	}
+	var path wire.Addr
+	if mask&transport.AttrAV != 0 && q.typ != UD {
+		path, err = d.pathAddr(&attr.AH, 0, 0)
+		if err != nil {
+			return err
+		}
+	}
+	ta := attr.Attr
+	ta.State = to
+	ta.PKey = bth.DefaultPKey
+	m := mask | transport.AttrState
+	if q.typ == UD && cur == StateReset && to == StateInit {
+		// UD has no path MTU attribute: its messages are bounded by the
+		// port's active MTU, as in rxe.
+		ta.PathMTU = d.port.ActiveMTU
+		m |= transport.AttrPathMTU
+	}
+	if err := q.eng.Modify(d.now(), &ta, m); err != nil {
+		return fmt.Errorf("hca: QP 0x%06x modify: %w", uint32(q.qpn), err)
+	}
+	q.mergeAttr(attr, mask)
+	if mask&transport.AttrAV != 0 && q.typ != UD {
+		q.path = path
+		q.pathOK = true
+	}
+	if q.pathOK && d.sport == 0 && q.attr.DestQPN != 0 {
+		q.path.SrcPort = wire.UDPSourcePort(q.qpn, q.attr.DestQPN)
+	}
+	if to == StateReset {
+		if q.rq != nil {
+			q.rq.clear()
+		}
+		q.pathOK = false
+	}
+	d.rt.kick(q)
+	return nil
+}
+
+func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {
+	d := q.dev
+	bad := func(name string, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidArg, name, fmt.Sprintf(format, args...))
+	}
+	if mask&transport.AttrPort != 0 && attr.Port != 1 {
+		return bad("port_num", "%d (the device has port 1 only)", attr.Port)
+	}
+	if mask&transport.AttrPKeyIndex != 0 && attr.PKeyIndex != 0 {
+		return bad("pkey_index", "%d (the P_Key table has 1 entry)", attr.PKeyIndex)
+	}
+	if mask&transport.AttrAccessFlags != 0 && attr.AccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
+		return bad("qp_access_flags", "unknown bits 0x%x", uint32(attr.AccessFlags))
+	}
+	if mask&transport.AttrPathMTU != 0 {
+		if !attr.PathMTU.Valid() {
+			return bad("path_mtu", "%d is not an IB MTU enum (1..5)", attr.PathMTU)
+		}
+		if attr.PathMTU > d.port.ActiveMTU {
+			return bad("path_mtu", "%s exceeds the port's active MTU %s", attr.PathMTU, d.port.ActiveMTU)
+		}
+	}
+	if mask&transport.AttrDestQPN != 0 && (attr.DestQPN == 0 || !attr.DestQPN.Valid()) {
+		return bad("dest_qp_num", "%#x", uint32(attr.DestQPN))
+	}
+	if mask&transport.AttrRQPSN != 0 && !attr.RQPSN.Valid() {
+		return bad("rq_psn", "%#x exceeds 24 bits", uint32(attr.RQPSN))
+	}
+	if mask&transport.AttrSQPSN != 0 && !attr.SQPSN.Valid() {
+		return bad("sq_psn", "%#x exceeds 24 bits", uint32(attr.SQPSN))
+	}
+	if mask&transport.AttrTimeout != 0 && attr.Timeout > 31 {
+		return bad("timeout", "%d (0..31)", attr.Timeout)
+	}
+	if mask&transport.AttrRetryCnt != 0 && attr.RetryCnt > 7 {
+		return bad("retry_cnt", "%d (0..7)", attr.RetryCnt)
+	}
+	if mask&transport.AttrRNRRetry != 0 && attr.RNRRetry > 7 {
+		return bad("rnr_retry", "%d (0..7)", attr.RNRRetry)
+	}
+	if mask&transport.AttrMinRNRTimer != 0 && attr.MinRNRTimer > 31 {
+		return bad("min_rnr_timer", "%d (0..31)", attr.MinRNRTimer)
+	}
+	if mask&transport.AttrMaxQPRdAtomic != 0 && (attr.MaxRdAtomic < 0 || attr.MaxRdAtomic > d.attr.MaxQPRdAtom) {
+		return bad("max_rd_atomic", "%d (0..%d)", attr.MaxRdAtomic, d.attr.MaxQPRdAtom)
+	}
+	if mask&transport.AttrMaxDestRdAtomic != 0 && (attr.MaxDestRdAtomic < 0 || attr.MaxDestRdAtomic > d.attr.MaxQPRdAtom) {
+		return bad("max_dest_rd_atomic", "%d (0..%d)", attr.MaxDestRdAtomic, d.attr.MaxQPRdAtom)
+	}
+	if mask&transport.AttrAV != 0 {
+		if _, err := d.QueryGID(attr.AH.SGIDIndex); err != nil {
+			return fmt.Errorf("hca: ah_attr.grh.sgid_index: %w", err)
+		}
+		if attr.AH.DGID == (GID{}) {
+			return bad("ah_attr.grh.dgid", "is zero (RoCE needs a global route: pass the peer's GID, e.g. pingpong -g)")
+		}
+	}
+	return nil
+}
+
+func (q *QP) mergeAttr(a *QPAttr, m AttrMask) {
+	t := &q.attr
+	if m&transport.AttrPKeyIndex != 0 {
+		t.PKeyIndex = a.PKeyIndex
+	}
+	if m&transport.AttrQKey != 0 {
+		t.QKey = a.QKey
+	}
+	if m&transport.AttrAccessFlags != 0 {
+		t.AccessFlags = a.AccessFlags
+	}
+	if m&transport.AttrPathMTU != 0 {
+		t.PathMTU = a.PathMTU
+	}
+	if m&transport.AttrDestQPN != 0 {
+		t.DestQPN = a.DestQPN
+	}
+	if m&transport.AttrRQPSN != 0 {
+		t.RQPSN = a.RQPSN
+	}
+	if m&transport.AttrSQPSN != 0 {
+		t.SQPSN = a.SQPSN
+	}
+	if m&transport.AttrMaxDestRdAtomic != 0 {
+		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+	}
+	if m&transport.AttrMaxQPRdAtomic != 0 {
+		t.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if m&transport.AttrMinRNRTimer != 0 {
+		t.MinRNRTimer = a.MinRNRTimer
+	}
+	if m&transport.AttrTimeout != 0 {
+		t.Timeout = a.Timeout
+	}
+	if m&transport.AttrRetryCnt != 0 {
+		t.RetryCnt = a.RetryCnt
+	}
+	if m&transport.AttrRNRRetry != 0 {
+		t.RNRRetry = a.RNRRetry
+	}
+	if m&transport.AttrAV != 0 {
+		q.attr.AH = a.AH
+	}
+	if m&transport.AttrPort != 0 {
+		q.attr.Port = a.Port
+	}
+}
+
+// PostSend posts one send work request (ibv_post_send). The WR is copied;
+// the caller may reuse it at once.
+func (q *QP) PostSend(wr *SendWR) error {
+	if q.destroyed.Load() {
+		return ErrDestroyed
+	}
+	if q.typ == UD {
+		var a wire.Addr
+		if !q.dev.ahs.lookup(wr.AH, &a) {
+			return fmt.Errorf("%w: UD send WR %d names no valid AH (%d)", ErrInvalidArg, wr.ID, wr.AH)
+		}
+	}
+	q.mu.Lock()
+	err := q.eng.PostSend(q.dev.now(), wr)
+	q.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("hca: QP 0x%06x post_send WR %d: %w", uint32(q.qpn), wr.ID, err)
+	}
+	q.dev.rt.kick(q)
+	return nil
+}
+
+// PostRecv posts one receive work request (ibv_post_recv). A QP with an
+// SRQ refuses it. In ERR the WR completes at once with WR_FLUSH_ERR.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.destroyed.Load() {
+		return ErrDestroyed
+	}
+	if q.srq != nil {
+		return fmt.Errorf("%w: QP 0x%06x is attached to an SRQ; post to the SRQ", ErrInvalidArg, uint32(q.qpn))
+	}
+	q.mu.Lock()
+	st := q.eng.State()
+	q.mu.Unlock()
+	if st == StateReset {
+		return fmt.Errorf("%w: QP 0x%06x is in RESET", ErrQPState, uint32(q.qpn))
+	}
+	if err := q.rq.push(wr); err != nil {
+		return err
+	}
+	if st == StateErr {
+		q.mu.Lock()
+		q.eng.FlushRecv()
+		q.mu.Unlock()
+	}
+	return nil
+}
+
+// Destroy destroys the QP (ibv_destroy_qp). Outstanding work is dropped
+// without completions, as verbs specifies.
+func (q *QP) Destroy() error {
+	if q.destroyed.Swap(true) {
+		return ErrDestroyed
+	}
+	d := q.dev
+	d.mu.Lock()
+	d.qps.set(uint32(q.qpn), nil)
+	d.nQP--
+	d.mu.Unlock()
+	q.mu.Lock()
+	reset := transport.Attr{State: StateReset}
+	_ = q.eng.Modify(d.now(), &reset, transport.AttrState)
+	q.mu.Unlock()
+	q.releaseRefs()
+	return nil
+}
+
+func (q *QP) markDestroyed() { q.destroyed.Store(true) }
+
+// qpTable maps QPNs to QPs with lock-free reads: the receive path looks up
+// every packet's destination QPN.
+type qpTable struct {
+	chunks [1 << 12]atomic.Pointer[[1 << 12]atomic.Pointer[QP]]
+}
+
+func (t *qpTable) get(qpn uint32) *QP {
+	c := t.chunks[qpn>>12&0xFFF].Load()
+	if c == nil {
+		return nil
+	}
+	return c[qpn&0xFFF].Load()
+}
+
+// set must be called with the device lock held (it serializes chunk creation).
+func (t *qpTable) set(qpn uint32, q *QP) {
+	ci := qpn >> 12 & 0xFFF
+	c := t.chunks[ci].Load()
+	if c == nil {
+		c = new([1 << 12]atomic.Pointer[QP])
+		t.chunks[ci].Store(c)
+	}
+	c[qpn&0xFFF].Store(q)
+}
+
+func (t *qpTable) each(f func(*QP)) {
+	for i := range t.chunks {
+		c := t.chunks[i].Load()
+		if c == nil {
+			continue
+		}
+		for j := range c {
+			if q := c[j].Load(); q != nil {
+				f(q)
+			}
+		}
+	}
+}

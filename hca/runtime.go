@@ -1,0 +1,479 @@
+package hca
+
+// The runtime moves packets between the link and the engines.
+//
+//  1. The reader goroutine fills a batch of receive buffers with one
+//     link.Read and hands the whole batch to the worker (one channel
+//     operation per batch, never per packet).
+//  2. The worker decodes every frame once (wire.Packet), verifies its ICRC,
+//     looks up the destination QPN in the lock-free QP table and feeds the
+//     engine, holding each QP's lock once per run of packets for it.
+//  3. The worker fires due engine timers (a heap of deadlines), then asks
+//     every active QP for packets (Transmit) until it has nothing more or
+//     its budget is spent, wraps each in its frame (wire.Finish) and writes
+//     them to the link in batches.
+//  4. User goroutines (PostSend, Modify) ring a doorbell: the QP goes on a
+//     locked list the worker drains once per wake-up.
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+const (
+	// frameSize bounds every frame goroce builds or accepts: a 4096-byte
+	// path MTU plus the largest header stack and trailer.
+	frameSize = 4096 + 256
+	// headroom is where the BTH starts inside a transmit buffer.
+	headroom = 128
+	// txBudget is how many packets one QP may emit per worker round, so
+	// that a long message cannot starve ACKs of other QPs.
+	txBudget  = 64
+	rxBatches = 4
+)
+
+type rxBatch struct {
+	bufs  [][]byte
+	sizes []int
+	n     int
+}
+
+type runtime struct {
+	d       *Device
+	ep      link.Endpoint
+	framing wire.Framing
+	lhr     int // the link's own headroom
+	batch   int
+
+	rxFree chan *rxBatch
+	rxFull chan *rxBatch
+	bell   chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	bellMu sync.Mutex
+	rung   []*QP
+
+	events        chan AsyncEvent
+	eventsDropped atomic.Uint64
+
+	readErr atomic.Value // error
+
+	// Worker-owned state.
+	active []*QP
+	timers deadlineHeap
+	pkt    wire.Packet
+	info   transport.RxInfo
+	txBuf  [][]byte // backing buffers
+	txOut  [][]byte // frames of the current batch (views into txBuf)
+	ahAddr wire.Addr
+}
+
+func newRuntime(d *Device) *runtime {
+	ep := d.ep
+	b := ep.BatchSize()
+	if b < 1 {
+		b = 1
+	}
+	rt := &runtime{
+		d: d, ep: ep, framing: wire.Framing(ep.Format()), lhr: ep.Headroom(), batch: b,
+		rxFree: make(chan *rxBatch, rxBatches), rxFull: make(chan *rxBatch, rxBatches),
+		bell: make(chan struct{}, 1), done: make(chan struct{}),
+		events: make(chan AsyncEvent, 64),
+	}
+	for i := 0; i < rxBatches; i++ {
+		rb := &rxBatch{bufs: make([][]byte, b), sizes: make([]int, b)}
+		for j := range rb.bufs {
+			rb.bufs[j] = make([]byte, rt.lhr+frameSize)
+		}
+		rt.rxFree <- rb
+	}
+	rt.txBuf = make([][]byte, b)
+	for i := range rt.txBuf {
+		rt.txBuf[i] = make([]byte, rt.lhr+headroom+frameSize)
+	}
+	rt.txOut = make([][]byte, 0, b)
+	return rt
+}
+
+func (rt *runtime) start() {
+	rt.wg.Add(2)
+	go rt.runReader()
+	go rt.runWorker()
+}
+
+func (rt *runtime) stop() error {
+	close(rt.done)
+	err := rt.ep.Close()
+	rt.wg.Wait()
+	return err
+}
+
+// kick puts q on the doorbell list and wakes the worker.
+func (rt *runtime) kick(q *QP) {
+	if !q.kicked.Swap(true) {
+		rt.bellMu.Lock()
+		rt.rung = append(rt.rung, q)
+		rt.bellMu.Unlock()
+	}
+	select {
+	case rt.bell <- struct{}{}:
+	default:
+	}
+}
+
+func (rt *runtime) runReader() {
+	defer rt.wg.Done()
+	for {
+		var rb *rxBatch
+		select {
+		case rb = <-rt.rxFree:
+		case <-rt.done:
+			return
+		}
+		n, err := rt.ep.Read(rb.bufs, rb.sizes, rt.lhr)
+		if err != nil {
+			if errors.Is(err, link.ErrClosed) {
+				return
+			}
+			rt.readErr.Store(err)
+			rt.d.log.Error("link read failed", "err", err)
+			select {
+			case rt.rxFree <- rb:
+			case <-rt.done:
+				return
+			}
+			// Back off so that a persistent error does not spin.
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-rt.done:
+				return
+			}
+			continue
+		}
+		rb.n = n
+		select {
+		case rt.rxFull <- rb:
+		case <-rt.done:
+			return
+		}
+	}
+}
+
+func (rt *runtime) runWorker() {
+	defer rt.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if len(rt.active) == 0 {
+			select {
+			case rb := <-rt.rxFull:
+				rt.receive(rb)
+			case <-rt.bell:
+			case <-timer.C:
+			case <-rt.done:
+				return
+			}
+		} else {
+			select {
+			case rb := <-rt.rxFull:
+				rt.receive(rb)
+			case <-rt.done:
+				return
+			default:
+			}
+		}
+		rt.drainBell()
+		now := rt.d.now()
+		rt.fireTimers(now)
+		rt.transmit(now)
+		rt.resetTimer(timer)
+	}
+}
+
+func (rt *runtime) drainBell() {
+	rt.bellMu.Lock()
+	rung := rt.rung
+	rt.rung = rt.rung[len(rt.rung):]
+	if len(rt.rung) == 0 {
+		rt.rung = rung[:0]
+	}
+	rt.bellMu.Unlock()
+	for _, q := range rung {
+		q.kicked.Store(false)
+		rt.activate(q)
+	}
+}
+
+func (rt *runtime) activate(q *QP) {
+	if !q.active {
+		q.active = true
+		rt.active = append(rt.active, q)
+	}
+}
+
+func (rt *runtime) receive(rb *rxBatch) {
+	d := rt.d
+	now := d.now()
+	var locked *QP
+	for i := 0; i < rb.n; i++ {
+		frame := rb.bufs[i][rt.lhr : rt.lhr+rb.sizes[i]]
+		d.Counters.RxFrames.Add(1)
+		d.Counters.RxBytes.Add(uint64(len(frame)))
+		p := &rt.pkt
+		if err := p.Decode(frame, rt.framing); err != nil {
+			rt.countDecodeError(err)
+			continue
+		}
+		q := d.qps.get(uint32(p.DestQP))
+		if q == nil || q.destroyed.Load() {
+			d.Counters.RxUnknownQP.Add(1)
+			continue
+		}
+		if locked != q {
+			if locked != nil {
+				rt.afterEngine(locked)
+				locked.mu.Unlock()
+			}
+			q.mu.Lock()
+			locked = q
+		}
+		if !rt.addressed(q, p) {
+			d.Counters.RxWrongAddress.Add(1)
+			continue
+		}
+		if q.typ == UD {
+			p.VerbsGRH(&rt.info.GRH)
+			rt.info.HasGRH = true
+		}
+		q.eng.Receive(now, p.Transport(), &rt.info)
+	}
+	if locked != nil {
+		rt.afterEngine(locked)
+		locked.mu.Unlock()
+	}
+	rt.rxFree <- rb
+}
+
+// addressed mirrors rxe_recv.c: the destination must be one of our GIDs,
+// and for RC/UC the packet must come from the QP's peer to the QP's source.
+// q.mu must be held.
+func (rt *runtime) addressed(q *QP, p *wire.Packet) bool {
+	dgid := GID(p.DGID())
+	if !rt.d.hasGID(dgid) {
+		return false
+	}
+	if q.typ == UD {
+		return true
+	}
+	return q.pathOK && GID(p.SGID()) == q.path.DGID && dgid == q.path.SGID
+}
+
+func (rt *runtime) countDecodeError(err error) {
+	c := &rt.d.Counters
+	switch {
+	case errors.Is(err, wire.ErrBadICRC):
+		c.RxICRCErrors.Add(1)
+	case errors.Is(err, wire.ErrBadVCRC):
+		c.RxVCRCErrors.Add(1)
+	case errors.Is(err, wire.ErrNotRoCE):
+		c.RxNotRoCE.Add(1)
+	default:
+		c.RxMalformed.Add(1)
+	}
+}
+
+// afterEngine runs with q.mu held after any engine call: reschedule the
+// QP's timer and mark it active so the worker asks it for packets.
+func (rt *runtime) afterEngine(q *QP) {
+	dl := q.eng.Deadline()
+	if dl != transport.Never && dl != q.sched {
+		q.sched = dl
+		rt.timers.push(timerEntry{at: dl, q: q})
+	} else if dl == transport.Never {
+		q.sched = 0
+	}
+	rt.activate(q)
+}
+
+func (rt *runtime) fireTimers(now transport.Time) {
+	for rt.timers.Len() > 0 && rt.timers[0].at <= now {
+		e := rt.timers.pop()
+		q := e.q
+		if q.sched != e.at || q.destroyed.Load() {
+			continue // stale entry
+		}
+		q.sched = 0
+		q.mu.Lock()
+		q.eng.Tick(now)
+		rt.afterEngine(q)
+		q.mu.Unlock()
+	}
+}
+
+func (rt *runtime) resetTimer(t *time.Timer) {
+	for rt.timers.Len() > 0 {
+		e := rt.timers[0]
+		if e.q.sched == e.at && !e.q.destroyed.Load() {
+			break
+		}
+		rt.timers.pop()
+	}
+	wait := time.Hour
+	if rt.timers.Len() > 0 {
+		wait = time.Duration(rt.timers[0].at - rt.d.now())
+		if wait < 0 {
+			wait = 0
+		}
+	}
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(wait)
+}
+
+// transmit gives every active QP one round of up to txBudget packets and
+// keeps the ones that still have work on the active list.
+func (rt *runtime) transmit(now transport.Time) {
+	d := rt.d
+	act := rt.active
+	keep := act[:0]
+	for _, q := range act {
+		if q.destroyed.Load() {
+			q.active = false
+			continue
+		}
+		q.mu.Lock()
+		more := false
+		for k := 0; k < txBudget; k++ {
+			buf := rt.txBuf[len(rt.txOut)]
+			bthOff := rt.lhr + headroom
+			n, ah, ok := q.eng.Transmit(now, buf[bthOff:])
+			if !ok {
+				break
+			}
+			addr := &q.path
+			if q.typ == UD {
+				if !d.ahs.lookup(ah, &rt.ahAddr) {
+					d.Counters.TxNoRoute.Add(1)
+					continue
+				}
+				rt.ahAddr.SrcPort = d.sport
+				if rt.ahAddr.SrcPort == 0 {
+					rt.ahAddr.SrcPort = wire.UDPSourcePort(q.qpn, 0)
+				}
+				addr = &rt.ahAddr
+			} else if !q.pathOK {
+				d.Counters.TxNoRoute.Add(1)
+				continue
+			}
+			frame, err := wire.Finish(buf, bthOff, n, rt.framing, addr)
+			if err != nil {
+				d.Counters.TxErrors.Add(1)
+				continue
+			}
+			off := bthOff - addr.Headroom(rt.framing) // index of the frame's first byte in buf
+			rt.txOut = append(rt.txOut, buf[off-rt.lhr:off+len(frame)])
+			if len(rt.txOut) == cap(rt.txOut) {
+				rt.flush()
+			}
+			if k == txBudget-1 {
+				more = true
+			}
+		}
+		rt.afterEngineNoActivate(q)
+		q.mu.Unlock()
+		if more {
+			keep = append(keep, q)
+		} else {
+			q.active = false
+		}
+	}
+	rt.active = keep
+	rt.flush()
+}
+
+func (rt *runtime) afterEngineNoActivate(q *QP) {
+	dl := q.eng.Deadline()
+	if dl != transport.Never && dl != q.sched {
+		q.sched = dl
+		rt.timers.push(timerEntry{at: dl, q: q})
+	}
+}
+
+func (rt *runtime) flush() {
+	if len(rt.txOut) == 0 {
+		return
+	}
+	d := rt.d
+	n, err := rt.ep.Write(rt.txOut, rt.lhr)
+	d.Counters.TxFrames.Add(uint64(n))
+	for _, f := range rt.txOut[:n] {
+		d.Counters.TxBytes.Add(uint64(len(f) - rt.lhr))
+	}
+	if err != nil {
+		// The transport retransmits what was lost; count and go on.
+		d.Counters.TxErrors.Add(uint64(len(rt.txOut) - n))
+	}
+	rt.txOut = rt.txOut[:0]
+}
+
+type timerEntry struct {
+	at transport.Time
+	q  *QP
+}
+
+// deadlineHeap is a binary min-heap of deadlines. It is typed (not
+// container/heap) so pushing does not box an entry per timer change.
+type deadlineHeap []timerEntry
+
+func (h deadlineHeap) Len() int { return len(h) }
+
+func (h *deadlineHeap) push(e timerEntry) {
+	*h = append(*h, e)
+	a := *h
+	i := len(a) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if a[p].at <= a[i].at {
+			break
+		}
+		a[p], a[i] = a[i], a[p]
+		i = p
+	}
+}
+
+func (h *deadlineHeap) pop() timerEntry {
+	a := *h
+	top := a[0]
+	last := len(a) - 1
+	a[0] = a[last]
+	a[last] = timerEntry{}
+	a = a[:last]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(a) && a[l].at < a[m].at {
+			m = l
+		}
+		if r < len(a) && a[r].at < a[m].at {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		a[m], a[i] = a[i], a[m]
+		i = m
+	}
+	*h = a
+	return top
+}
