@@ -40,11 +40,13 @@ type Tap struct {
 	w     *Writer
 	snap  int
 
-	mu     sync.Mutex // protects slots contents beyond head+n, head, n and closed
-	slots  []tapSlot
-	head   int
-	n      int
-	closed bool
+	mu       sync.Mutex // protects slots contents beyond head+n, head, n and closed
+	space    *sync.Cond // signalled (with mu) when the writer frees slots; lossless mode
+	lossless bool
+	slots    []tapSlot
+	head     int
+	n        int
+	closed   bool
 
 	notify   chan struct{}
 	flushReq chan chan struct{}
@@ -80,9 +82,17 @@ type TapStats struct {
 type TapOption func(*tapConfig)
 
 type tapConfig struct {
-	queue int
-	snap  int
+	queue    int
+	snap     int
+	lossless bool
 }
+
+// WithLossless makes the tap wait for the file writer instead of dropping
+// when its queue is full: every frame is captured, at the price of slowing
+// the datapath to the speed of the file. For tools such as `goroce demo`
+// whose capture must be complete; a datapath that must not be
+// back-pressured keeps the default.
+func WithLossless() TapOption { return func(c *tapConfig) { c.lossless = true } }
 
 // WithQueueLen sets how many frames may wait for the writer goroutine
 // (default 1024).
@@ -132,11 +142,13 @@ func NewTap(inner link.Endpoint, w io.Writer, opts ...TapOption) (*Tap, error) {
 		w:        pw,
 		snap:     cfg.snap,
 		slots:    make([]tapSlot, cfg.queue),
+		lossless: cfg.lossless,
 		notify:   make(chan struct{}, 1),
 		flushReq: make(chan chan struct{}),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	t.space = sync.NewCond(&t.mu)
 	backing := make([]byte, cfg.queue*cfg.snap)
 	for i := range t.slots {
 		t.slots[i].buf = backing[i*cfg.snap : (i+1)*cfg.snap : (i+1)*cfg.snap]
@@ -186,7 +198,14 @@ func (t *Tap) record(bufs [][]byte, sizes []int, offset int) {
 		return
 	}
 	for i, b := range bufs {
-		if t.n == len(t.slots) {
+		for t.lossless && t.n == len(t.slots) && !t.closed {
+			select {
+			case t.notify <- struct{}{}:
+			default:
+			}
+			t.space.Wait()
+		}
+		if t.n == len(t.slots) || t.closed {
 			dropped = uint64(len(bufs) - i)
 			break
 		}
@@ -258,6 +277,7 @@ func (t *Tap) drain() {
 	t.head = (t.head + n) % len(t.slots)
 	t.n -= n
 	idle := t.n == 0
+	t.space.Broadcast()
 	t.mu.Unlock()
 	if n > 0 && idle {
 		// Flush when the queue runs dry so a reader of the file sees
@@ -288,6 +308,7 @@ func (t *Tap) Close() error {
 		innerErr := t.inner.Close()
 		t.mu.Lock()
 		t.closed = true
+		t.space.Broadcast()
 		t.mu.Unlock()
 		close(t.stop)
 		<-t.done
@@ -319,3 +340,14 @@ func (t *Tap) Addrs() []netip.Addr { return t.inner.Addrs() }
 
 // HardwareAddr implements link.Endpoint.
 func (t *Tap) HardwareAddr() net.HardwareAddr { return t.inner.HardwareAddr() }
+
+// SourcePort forwards link.SourcePorter of the inner endpoint, so an HCA
+// on a tapped kernel-socket link still builds its headers (and ICRC) with
+// the source port the kernel will write. It returns 0, meaning "no fixed
+// port", when the inner endpoint has none.
+func (t *Tap) SourcePort() uint16 {
+	if sp, ok := t.inner.(link.SourcePorter); ok {
+		return sp.SourcePort()
+	}
+	return 0
+}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/hca/link"
 )
@@ -347,5 +348,44 @@ func BenchmarkTapWrite(b *testing.B) {
 			s := tap.Stats()
 			b.ReportMetric(float64(s.Dropped)/float64(s.Dropped+s.Captured), "drop-ratio")
 		})
+	}
+}
+
+// In lossless mode a full queue makes Write wait for the file instead of
+// dropping: every frame ends up in the capture, in order.
+func TestTapLossless(t *testing.T) {
+	a, b := fakePair(link.FormatEthernet)
+	defer b.Close()
+	gw := &gateWriter{release: make(chan struct{})}
+	tap, err := NewTap(a, gw, WithQueueLen(2), WithLossless())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := makeFrames(10, 64, 0)
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		for i := 0; i < 5; i++ {
+			if n, err := tap.Write(frames, 0); n != 10 || err != nil {
+				t.Error(n, err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-wrote:
+		t.Fatal("50 frames went through a 2-slot lossless queue while the file was stalled")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(gw.release)
+	<-wrote
+	if err := tap.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := tap.Stats(); s.Captured != 50 || s.Dropped != 0 {
+		t.Fatalf("stats %+v, want 50 captured, 0 dropped", s)
+	}
+	if _, got := readCapture(t, gw.buf.Bytes()); len(got) != 50 {
+		t.Fatalf("%d frames in the file, want 50", len(got))
 	}
 }
