@@ -73,7 +73,9 @@ type QP struct {
 	srq    *SRQ
 	rq     *recvRing
 
-	mu   sync.Mutex // protects eng, attr, path and pathOK
+	// mu protects eng, attr, path and pathOK. Lock order: the runtime
+	// lock (runtime.mu) before any QP's mu; never take runtime.mu holding mu.
+	mu   sync.Mutex
 	eng  *transport.QP
 	attr QPAttr
 	// path is the frame addressing of the connected peer (RC/UC), valid
@@ -261,6 +263,16 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if q.destroyed.Load() {
 		return ErrDestroyed
 	}
+	if err := q.modify(attr, mask); err != nil {
+		return err
+	}
+	// Outside q.mu: kick may pump, and the runtime takes its lock before
+	// QP locks.
+	q.dev.rt.kick(q)
+	return nil
+}
+
+func (q *QP) modify(attr *QPAttr, mask AttrMask) error {
 	d := q.dev
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -306,7 +318,6 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 		}
 		q.pathOK = false
 	}
-	d.rt.kick(q)
 	return nil
 }
 

@@ -2,18 +2,26 @@ package hca
 
 // The runtime moves packets between the link and the engines.
 //
-//  1. The reader goroutine fills a batch of receive buffers with one
-//     link.Read and hands the whole batch to the worker (one channel
-//     operation per batch, never per packet).
-//  2. The worker decodes every frame once (wire.Packet), verifies its ICRC,
-//     looks up the destination QPN in the lock-free QP table and feeds the
-//     engine, holding each QP's lock once per run of packets for it.
-//  3. The worker fires due engine timers (a heap of deadlines), then asks
-//     every active QP for packets (Transmit) until it has nothing more or
-//     its budget is spent, wraps each in its frame (wire.Finish) and writes
-//     them to the link in batches.
-//  4. User goroutines (PostSend, Modify) ring a doorbell: the QP goes on a
-//     locked list the worker drains once per wake-up.
+//  1. The reader goroutine receives a batch with one link.Read and, holding
+//     the runtime lock, processes it at once: every frame is decoded once
+//     (wire.Packet), its ICRC verified, its destination QPN looked up in the
+//     lock-free QP table, and the engine fed, holding each QP's lock once
+//     per run of packets for it. It then pumps (step 3) before reading again,
+//     so ACKs and the packets a newly opened window allows leave without a
+//     hand-off to another goroutine.
+//  2. PostSend and Modify put the QP on a doorbell list and, if the runtime
+//     lock is free, pump in the caller's goroutine (as rxe runs its
+//     requester task inline); otherwise they wake the worker.
+//  3. Pumping fires due engine timers (a heap of deadlines), then asks every
+//     active QP for packets (Transmit) until it has no more or its budget is
+//     spent, wraps each in its frame (wire.Finish) and writes them to the
+//     link in batches. The runtime lock makes the pumper the link's only
+//     writer.
+//  4. The worker goroutine sleeps until a deadline or a doorbell that found
+//     the lock taken, and pumps then; it keeps pumping while QPs still have
+//     packets after their budget.
+//
+// There is no goroutine per QP and no channel operation per packet.
 
 import (
 	"errors"
@@ -32,17 +40,10 @@ const (
 	frameSize = 4096 + 256
 	// headroom is where the BTH starts inside a transmit buffer.
 	headroom = 128
-	// txBudget is how many packets one QP may emit per worker round, so
+	// txBudget is how many packets one QP may emit per pump round, so
 	// that a long message cannot starve ACKs of other QPs.
-	txBudget  = 64
-	rxBatches = 4
+	txBudget = 64
 )
-
-type rxBatch struct {
-	bufs  [][]byte
-	sizes []int
-	n     int
-}
 
 type runtime struct {
 	d       *Device
@@ -51,11 +52,9 @@ type runtime struct {
 	lhr     int // the link's own headroom
 	batch   int
 
-	rxFree chan *rxBatch
-	rxFull chan *rxBatch
-	bell   chan struct{}
-	done   chan struct{}
-	wg     sync.WaitGroup
+	bell chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
 
 	bellMu sync.Mutex
 	rung   []*QP
@@ -63,11 +62,16 @@ type runtime struct {
 	events        chan AsyncEvent
 	eventsDropped atomic.Uint64
 
-	readErr atomic.Value // error
+	// Reader-owned receive buffers.
+	rxBufs  [][]byte
+	rxSizes []int
 
-	// Worker-owned state.
+	// mu is the runtime lock: it protects the pump state below and
+	// serializes link writes.
+	mu     sync.Mutex
 	active []*QP
 	timers deadlineHeap
+	armed  transport.Time // when the worker's timer fires (Never: not armed)
 	pkt    wire.Packet
 	info   transport.RxInfo
 	txBuf  [][]byte // backing buffers
@@ -83,16 +87,12 @@ func newRuntime(d *Device) *runtime {
 	}
 	rt := &runtime{
 		d: d, ep: ep, framing: wire.Framing(ep.Format()), lhr: ep.Headroom(), batch: b,
-		rxFree: make(chan *rxBatch, rxBatches), rxFull: make(chan *rxBatch, rxBatches),
 		bell: make(chan struct{}, 1), done: make(chan struct{}),
-		events: make(chan AsyncEvent, 64),
+		events: make(chan AsyncEvent, 64), armed: transport.Never,
+		rxBufs: make([][]byte, b), rxSizes: make([]int, b),
 	}
-	for i := 0; i < rxBatches; i++ {
-		rb := &rxBatch{bufs: make([][]byte, b), sizes: make([]int, b)}
-		for j := range rb.bufs {
-			rb.bufs[j] = make([]byte, rt.lhr+frameSize)
-		}
-		rt.rxFree <- rb
+	for i := range rt.rxBufs {
+		rt.rxBufs[i] = make([]byte, rt.lhr+frameSize)
 	}
 	rt.txBuf = make([][]byte, b)
 	for i := range rt.txBuf {
@@ -115,13 +115,23 @@ func (rt *runtime) stop() error {
 	return err
 }
 
-// kick puts q on the doorbell list and wakes the worker.
+// kick puts q on the doorbell list and pumps at once if the runtime lock
+// is free, else wakes the worker. The caller must not hold q.mu.
 func (rt *runtime) kick(q *QP) {
 	if !q.kicked.Swap(true) {
 		rt.bellMu.Lock()
 		rt.rung = append(rt.rung, q)
 		rt.bellMu.Unlock()
 	}
+	if rt.mu.TryLock() {
+		rt.pump(rt.d.now())
+		rt.mu.Unlock()
+		return
+	}
+	rt.ring()
+}
+
+func (rt *runtime) ring() {
 	select {
 	case rt.bell <- struct{}{}:
 	default:
@@ -131,24 +141,12 @@ func (rt *runtime) kick(q *QP) {
 func (rt *runtime) runReader() {
 	defer rt.wg.Done()
 	for {
-		var rb *rxBatch
-		select {
-		case rb = <-rt.rxFree:
-		case <-rt.done:
-			return
-		}
-		n, err := rt.ep.Read(rb.bufs, rb.sizes, rt.lhr)
+		n, err := rt.ep.Read(rt.rxBufs, rt.rxSizes, rt.lhr)
 		if err != nil {
 			if errors.Is(err, link.ErrClosed) {
 				return
 			}
-			rt.readErr.Store(err)
 			rt.d.log.Error("link read failed", "err", err)
-			select {
-			case rt.rxFree <- rb:
-			case <-rt.done:
-				return
-			}
 			// Back off so that a persistent error does not spin.
 			select {
 			case <-time.After(10 * time.Millisecond):
@@ -157,12 +155,11 @@ func (rt *runtime) runReader() {
 			}
 			continue
 		}
-		rb.n = n
-		select {
-		case rt.rxFull <- rb:
-		case <-rt.done:
-			return
-		}
+		rt.mu.Lock()
+		now := rt.d.now()
+		rt.receive(n, now)
+		rt.pump(now)
+		rt.mu.Unlock()
 	}
 }
 
@@ -171,30 +168,69 @@ func (rt *runtime) runWorker() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if len(rt.active) == 0 {
+		select {
+		case <-rt.bell:
+		case <-timer.C:
+		case <-rt.done:
+			return
+		}
+		rt.mu.Lock()
+		now := rt.d.now()
+		rt.pump(now)
+		wait := rt.arm(now)
+		rt.mu.Unlock()
+		if !timer.Stop() {
 			select {
-			case rb := <-rt.rxFull:
-				rt.receive(rb)
-			case <-rt.bell:
 			case <-timer.C:
-			case <-rt.done:
-				return
-			}
-		} else {
-			select {
-			case rb := <-rt.rxFull:
-				rt.receive(rb)
-			case <-rt.done:
-				return
 			default:
 			}
 		}
-		rt.drainBell()
-		now := rt.d.now()
-		rt.fireTimers(now)
-		rt.transmit(now)
-		rt.resetTimer(timer)
+		timer.Reset(wait)
 	}
+}
+
+// pump fires due timers and transmits; rt.mu must be held. It wakes the
+// worker when work remains or when the earliest deadline moved before the
+// worker's timer.
+func (rt *runtime) pump(now transport.Time) {
+	rt.drainBell()
+	rt.fireTimers(now)
+	rt.transmit(now)
+	if len(rt.active) > 0 {
+		rt.ring()
+		return
+	}
+	if t, ok := rt.nextDeadline(); ok && t < rt.armed {
+		rt.ring()
+	}
+}
+
+// arm computes how long the worker sleeps and records when it wakes;
+// rt.mu must be held.
+func (rt *runtime) arm(now transport.Time) time.Duration {
+	if len(rt.active) > 0 {
+		rt.armed = now
+		return 0
+	}
+	t, ok := rt.nextDeadline()
+	if !ok {
+		rt.armed = transport.Never
+		return time.Hour
+	}
+	rt.armed = t
+	return max(0, time.Duration(t-now))
+}
+
+// nextDeadline drops stale heap entries and returns the earliest live one.
+func (rt *runtime) nextDeadline() (transport.Time, bool) {
+	for rt.timers.Len() > 0 {
+		e := rt.timers[0]
+		if e.q.sched == e.at && !e.q.destroyed.Load() {
+			return e.at, true
+		}
+		rt.timers.pop()
+	}
+	return 0, false
 }
 
 func (rt *runtime) drainBell() {
@@ -218,12 +254,11 @@ func (rt *runtime) activate(q *QP) {
 	}
 }
 
-func (rt *runtime) receive(rb *rxBatch) {
+func (rt *runtime) receive(n int, now transport.Time) {
 	d := rt.d
-	now := d.now()
 	var locked *QP
-	for i := 0; i < rb.n; i++ {
-		frame := rb.bufs[i][rt.lhr : rt.lhr+rb.sizes[i]]
+	for i := 0; i < n; i++ {
+		frame := rt.rxBufs[i][rt.lhr : rt.lhr+rt.rxSizes[i]]
 		d.Counters.RxFrames.Add(1)
 		d.Counters.RxBytes.Add(uint64(len(frame)))
 		p := &rt.pkt
@@ -258,7 +293,6 @@ func (rt *runtime) receive(rb *rxBatch) {
 		rt.afterEngine(locked)
 		locked.mu.Unlock()
 	}
-	rt.rxFree <- rb
 }
 
 // addressed mirrors rxe_recv.c: the destination must be one of our GIDs,
@@ -315,30 +349,6 @@ func (rt *runtime) fireTimers(now transport.Time) {
 		rt.afterEngine(q)
 		q.mu.Unlock()
 	}
-}
-
-func (rt *runtime) resetTimer(t *time.Timer) {
-	for rt.timers.Len() > 0 {
-		e := rt.timers[0]
-		if e.q.sched == e.at && !e.q.destroyed.Load() {
-			break
-		}
-		rt.timers.pop()
-	}
-	wait := time.Hour
-	if rt.timers.Len() > 0 {
-		wait = time.Duration(rt.timers[0].at - rt.d.now())
-		if wait < 0 {
-			wait = 0
-		}
-	}
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	t.Reset(wait)
 }
 
 // transmit gives every active QP one round of up to txBudget packets and
