@@ -1,0 +1,469 @@
+package main
+
+// The link configuration shared by every command that opens a soft HCA
+// (devinfo, pingpong, bench, demo): which link backend carries the frames,
+// on which interface and address, with which encapsulation, MTU cap and
+// optional capture file. It comes from flags and/or a small key=value file
+// (--config); a flag given on the command line wins over the file.
+//
+// Defaults (documented in linkUsage): link udp, encapsulation RoCEv2, MTU of
+// the interface. The local address of a udp link is, in order: --addr; the
+// first address of --dev; the source address the kernel would use to reach
+// the peer HOST (a UDP connect, which sends nothing); 127.0.0.1. A server
+// without --addr therefore listens for RoCE on loopback only, which is what
+// a local try-out wants; talking to another host needs --addr or --dev.
+//
+// Every failure to open a link is a *linkError whose Kind is one of the
+// errLink* sentinels, printed as one line naming the cause.
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/pcap"
+	"github.com/goroce/goroce/hca/link/udp"
+)
+
+// Link backends and encapsulations accepted by --link and --encap.
+const (
+	linkUDP      = "udp"
+	linkAFPacket = "afpacket"
+	linkTUN      = "tun"
+	linkTAP      = "tap"
+
+	encapRoCE2 = "roce2"
+	encapRoCE1 = "roce1"
+)
+
+// Kinds of link setup failure (errors.Is on a *linkError).
+var (
+	errLinkConfig      = errors.New("bad link configuration")
+	errLinkNoInterface = errors.New("no such interface")
+	errLinkAddr        = errors.New("address not on the interface")
+	errLinkBusy        = errors.New("port already in use")
+	errLinkPrivilege   = errors.New("insufficient privileges")
+	errLinkUnavailable = errors.New("link backend not available")
+	errLinkOpen        = errors.New("cannot open the device")
+)
+
+// linkError is a link setup failure: Kind says which, Msg says it for the
+// user in one line, Err is the underlying error (may be nil).
+type linkError struct {
+	Kind error
+	Msg  string
+	Err  error
+}
+
+func (e *linkError) Error() string {
+	if e.Err == nil {
+		return e.Msg
+	}
+	return e.Msg + ": " + e.Err.Error()
+}
+
+func (e *linkError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+func linkErrf(kind, err error, format string, args ...any) error {
+	return &linkError{Kind: kind, Msg: fmt.Sprintf(format, args...), Err: err}
+}
+
+// linkSettings is one device's link configuration.
+type linkSettings struct {
+	Link  string     // linkUDP (default), linkAFPacket, linkTUN, linkTAP
+	Dev   string     // network interface; "" lets the address choose (udp)
+	Addr  netip.Addr // local IP address; invalid: see the package comment
+	Encap string     // encapRoCE2 (default) or encapRoCE1
+	MTU   int        // caps the link MTU in bytes; 0: the interface's
+	Pcap  string     // capture file; "" for none
+}
+
+// linkFlags holds the link flags registered on a FlagSet.
+type linkFlags struct {
+	fs     *flag.FlagSet
+	config string
+	link   string
+	dev    string
+	addr   string
+	encap  string
+	mtu    int
+	pcap   string
+}
+
+// linkUsage documents the link flags and the config file for a command's
+// help text.
+const linkUsage = `Link configuration (flags win over --config):
+  --link udp|afpacket|tun|tap   backend (default udp: RoCEv2 over kernel UDP
+                                sockets on port 4791, needs CAP_NET_RAW for IPv4)
+  --dev IFNAME                  network interface
+  --addr IP                     local address; default: --dev's first address,
+                                else the source address towards HOST, else 127.0.0.1
+  --encap roce2|roce1           encapsulation (roce1 needs an Ethernet link)
+  --mtu BYTES                   cap the link MTU
+  --pcap FILE                   capture every frame of the link to FILE
+  --config FILE                 key=value lines: link, dev, addr, encap, mtu, pcap
+                                ('#' starts a comment)`
+
+// addLinkFlags registers --link, --dev, --addr, --encap, --mtu, --pcap and
+// --config on fs.
+func addLinkFlags(fs *flag.FlagSet) *linkFlags {
+	lf := &linkFlags{fs: fs}
+	fs.StringVar(&lf.config, "config", "", "read the link configuration from `FILE` (key=value lines)")
+	fs.StringVar(&lf.link, "link", linkUDP, "link backend: udp, afpacket, tun or tap")
+	fs.StringVar(&lf.dev, "dev", "", "network interface `IFNAME`")
+	fs.StringVar(&lf.addr, "addr", "", "local `IP` address goroce uses")
+	fs.StringVar(&lf.encap, "encap", encapRoCE2, "encapsulation: roce2 or roce1")
+	fs.IntVar(&lf.mtu, "mtu", 0, "cap the link MTU to `BYTES` (0: the interface's)")
+	fs.StringVar(&lf.pcap, "pcap", "", "capture the link's frames to `FILE`")
+	return lf
+}
+
+// settings merges the config file (if any) with the flags set on the
+// command line and validates the result. It does no network I/O.
+func (lf *linkFlags) settings() (linkSettings, error) {
+	kv := map[string]string{}
+	if lf.config != "" {
+		var err error
+		if kv, err = readLinkConfig(lf.config); err != nil {
+			return linkSettings{}, err
+		}
+	}
+	set := map[string]bool{}
+	lf.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	pick := func(name, flagVal string) string {
+		if v, ok := kv[name]; ok && !set[name] {
+			return v
+		}
+		return flagVal
+	}
+	mtu := strconv.Itoa(lf.mtu)
+	return parseLinkSettings(map[string]string{
+		"link":  pick("link", lf.link),
+		"dev":   pick("dev", lf.dev),
+		"addr":  pick("addr", lf.addr),
+		"encap": pick("encap", lf.encap),
+		"mtu":   pick("mtu", mtu),
+		"pcap":  pick("pcap", lf.pcap),
+	})
+}
+
+// linkConfigKeys are the keys a config file may hold.
+var linkConfigKeys = map[string]bool{"link": true, "dev": true, "addr": true, "encap": true, "mtu": true, "pcap": true}
+
+// readLinkConfig reads key=value lines. Blank lines and lines starting with
+// '#' are skipped; an unknown key, a line without '=' or a key given twice
+// is an error naming the line.
+func readLinkConfig(name string) (map[string]string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, linkErrf(errLinkConfig, err, "config file")
+	}
+	defer f.Close()
+	kv := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case !ok:
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, line)
+		case !linkConfigKeys[k]:
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, encap, mtu or pcap)", name, n, k)
+		}
+		if _, dup := kv[k]; dup {
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: key %q given twice", name, n, k)
+		}
+		kv[k] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, linkErrf(errLinkConfig, err, "reading config file %s", name)
+	}
+	return kv, nil
+}
+
+// parseLinkSettings validates the textual settings.
+func parseLinkSettings(kv map[string]string) (linkSettings, error) {
+	var s linkSettings
+	s.Link = kv["link"]
+	if s.Link == "" {
+		s.Link = linkUDP
+	}
+	switch s.Link {
+	case linkUDP, linkAFPacket, linkTUN, linkTAP:
+	default:
+		return s, linkErrf(errLinkConfig, nil, "unknown link %q (want udp, afpacket, tun or tap)", s.Link)
+	}
+	s.Dev = kv["dev"]
+	if a := kv["addr"]; a != "" {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.Zone() != "" {
+			return s, linkErrf(errLinkConfig, nil, "addr %q is not an IPv4 or IPv6 address", a)
+		}
+		if ip.IsUnspecified() || ip.IsMulticast() {
+			return s, linkErrf(errLinkConfig, nil, "addr %s: need a unicast address", ip)
+		}
+		s.Addr = ip.Unmap()
+	}
+	s.Encap = kv["encap"]
+	if s.Encap == "" {
+		s.Encap = encapRoCE2
+	}
+	switch s.Encap {
+	case encapRoCE2:
+	case encapRoCE1:
+		if s.Link == linkUDP || s.Link == linkTUN {
+			return s, linkErrf(errLinkConfig, nil, "encap roce1 needs an Ethernet link (afpacket or tap), not %s", s.Link)
+		}
+	default:
+		return s, linkErrf(errLinkConfig, nil, "unknown encap %q (want roce2 or roce1)", s.Encap)
+	}
+	if m := kv["mtu"]; m != "" {
+		n, err := strconv.Atoi(m)
+		if err != nil || n < 0 {
+			return s, linkErrf(errLinkConfig, nil, "mtu %q is not a byte count", m)
+		}
+		if n != 0 && n < 576 {
+			return s, linkErrf(errLinkConfig, nil, "mtu %d is too small for RoCE (at least 576 bytes: IB MTU 256 plus headers)", n)
+		}
+		s.MTU = n
+	}
+	s.Pcap = kv["pcap"]
+	if s.Dev == "" && (s.Link == linkAFPacket || s.Link == linkTUN || s.Link == linkTAP) {
+		return s, linkErrf(errLinkConfig, nil, "link %s needs --dev", s.Link)
+	}
+	return s, nil
+}
+
+// resolveAddr fills in s.Addr (see the package comment); peer is the HOST
+// argument of a client, "" for a server or a local command.
+func resolveAddr(s linkSettings, peer string) (linkSettings, error) {
+	if s.Dev != "" {
+		ifc, err := net.InterfaceByName(s.Dev)
+		if err != nil {
+			return s, linkErrf(errLinkNoInterface, nil, "interface %q does not exist", s.Dev)
+		}
+		addrs := interfaceAddrs(ifc)
+		if s.Addr.IsValid() {
+			if !holds(ifc, addrs, s.Addr) {
+				return s, linkErrf(errLinkAddr, nil, "address %s is not assigned to interface %s", s.Addr, s.Dev)
+			}
+			return s, nil
+		}
+		if s.Link != linkUDP {
+			return s, nil // the backend takes the interface's addresses
+		}
+		if a, ok := preferredAddr(addrs); ok {
+			s.Addr = a
+			return s, nil
+		}
+		return s, linkErrf(errLinkAddr, nil, "interface %s has no usable IP address", s.Dev)
+	}
+	if s.Addr.IsValid() {
+		if _, ok := interfaceHolding(s.Addr); !ok {
+			return s, linkErrf(errLinkAddr, nil, "address %s is not assigned to any interface", s.Addr)
+		}
+		return s, nil
+	}
+	if peer != "" {
+		a, err := sourceAddrFor(peer)
+		if err != nil {
+			return s, linkErrf(errLinkAddr, err, "no local address towards %s (give --addr)", peer)
+		}
+		s.Addr = a
+		return s, nil
+	}
+	s.Addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	return s, nil
+}
+
+// sourceAddrFor returns the source address the kernel picks to reach host:
+// connecting a UDP socket runs the route lookup and sends nothing.
+func sourceAddrFor(host string) (netip.Addr, error) {
+	c, err := net.Dial("udp", net.JoinHostPort(host, strconv.Itoa(udp.DefaultPort)))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer c.Close()
+	ap, err := netip.ParseAddrPort(c.LocalAddr().String())
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return ap.Addr().Unmap(), nil
+}
+
+func interfaceAddrs(ifc *net.Interface) []netip.Addr {
+	as, err := ifc.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// holds reports whether a is an address of ifc. All of 127.0.0.0/8 is on
+// the loopback interface although only 127.0.0.1/8 is listed.
+func holds(ifc *net.Interface, addrs []netip.Addr, a netip.Addr) bool {
+	for _, x := range addrs {
+		if x == a {
+			return true
+		}
+	}
+	return a.Is4() && a.IsLoopback() && ifc.Flags&net.FlagLoopback != 0
+}
+
+func interfaceHolding(a netip.Addr) (*net.Interface, bool) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, false
+	}
+	for i := range ifs {
+		if holds(&ifs[i], interfaceAddrs(&ifs[i]), a) {
+			return &ifs[i], true
+		}
+	}
+	return nil, false
+}
+
+// preferredAddr picks an interface's address for RoCE: IPv4 first (its GID
+// is what rxe users pass with -g), then a global IPv6 address.
+func preferredAddr(addrs []netip.Addr) (netip.Addr, bool) {
+	for _, a := range addrs {
+		if a.Is4() {
+			return a, true
+		}
+	}
+	for _, a := range addrs {
+		if a.Is6() && !a.IsLinkLocalUnicast() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// openUDPLink is udp.Open; tests replace it to inject kernel failures.
+var openUDPLink = func(cfg udp.Config) (link.Endpoint, error) { return udp.Open(cfg) }
+
+// openLink opens the endpoint for s (s.Addr already resolved).
+func openLink(s linkSettings) (link.Endpoint, error) {
+	switch s.Link {
+	case linkUDP:
+		ep, err := openUDPLink(udp.Config{Addr: s.Addr, MTU: s.MTU})
+		if err != nil {
+			return nil, classifyOpenErr(err, fmt.Sprintf("udp link on %s port %d", s.Addr, udp.DefaultPort))
+		}
+		return ep, nil
+	}
+	return nil, linkErrf(errLinkUnavailable, nil, "link %s is not built into this goroce yet", s.Link)
+}
+
+// classifyOpenErr turns a backend's open error into a *linkError of the
+// right kind, with the likely cause spelled out.
+func classifyOpenErr(err error, what string) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return linkErrf(errLinkBusy, err, "%s: the port is already in use (another goroce, or kernel rdma_rxe, holds it)", what)
+	case errors.Is(err, os.ErrPermission):
+		return linkErrf(errLinkPrivilege, err, "%s: permission denied (raw and packet sockets need root or CAP_NET_RAW)", what)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return linkErrf(errLinkAddr, err, "%s: the address is not on this host", what)
+	case errors.Is(err, syscall.ENODEV):
+		return linkErrf(errLinkNoInterface, err, "%s: no such device", what)
+	}
+	return linkErrf(errLinkOpen, err, "%s", what)
+}
+
+// openedDevice is an HCA on a configured link, with its capture.
+type openedDevice struct {
+	Dev      *hca.Device
+	Settings linkSettings
+	tap      *pcap.Tap
+	capFile  *os.File
+}
+
+// openDevice resolves s's address (peer as for resolveAddr), opens the link,
+// wraps it in a pcap tap when s.Pcap is set, and opens an HCA named name
+// ("" for hca.DefaultName) on it.
+func openDevice(s linkSettings, peer, name string) (*openedDevice, error) {
+	s, err := resolveAddr(s, peer)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := openLink(s)
+	if err != nil {
+		return nil, err
+	}
+	od := &openedDevice{Settings: s}
+	if s.Pcap != "" {
+		f, err := os.Create(s.Pcap)
+		if err != nil {
+			ep.Close()
+			return nil, linkErrf(errLinkOpen, err, "capture file")
+		}
+		tap, err := pcap.NewTap(ep, f, pcap.WithLossless())
+		if err != nil {
+			ep.Close()
+			f.Close()
+			return nil, linkErrf(errLinkOpen, err, "capture on %s", s.Pcap)
+		}
+		od.tap, od.capFile, ep = tap, f, tap
+	}
+	d, err := hca.Open(ep, hca.Options{Name: name, RoCEv1: s.Encap == encapRoCE1})
+	if err != nil {
+		ep.Close()
+		if od.capFile != nil {
+			od.capFile.Close()
+		}
+		return nil, linkErrf(errLinkOpen, err, "opening the HCA")
+	}
+	od.Dev = d
+	return od, nil
+}
+
+// Close closes the HCA (and with it the link and the tap, which flushes the
+// capture), then the capture file.
+func (od *openedDevice) Close() error {
+	err := od.Dev.Close()
+	if od.capFile != nil {
+		if cerr := od.capFile.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// linkExit reports err on stderr as one line prefixed by cmd and returns
+// the exit status: exitUsage for configuration mistakes, exitFail for the
+// environment (interface, address, port, privileges).
+func linkExit(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+	if errors.Is(err, errLinkConfig) {
+		return exitUsage
+	}
+	return exitFail
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/pcap"
+	"github.com/goroce/goroce/hca/link/udp"
+)
+
+// Loopback addresses these tests bind UDP 4791 on; distinct from the
+// 127.0.0.1/127.0.0.2 pair other packages' tests use.
+var (
+	testAddrA = netip.MustParseAddr("127.0.77.1")
+	testAddrB = netip.MustParseAddr("127.0.77.2")
+)
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func parseLinkArgs(t *testing.T, args ...string) (linkSettings, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	lf := addLinkFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	return lf.settings()
+}
+
+func TestLinkSettings(t *testing.T) {
+	good := writeFile(t, "good.conf", "# goroce link\nlink = udp\naddr=127.0.77.1\n\nmtu=1500\npcap=/tmp/x.pcap\n")
+	tests := []struct {
+		name string
+		args []string
+		want linkSettings
+		kind error // nil: no error
+		msg  string
+	}{
+		{name: "defaults", want: linkSettings{Link: "udp", Encap: "roce2"}},
+		{name: "flags", args: []string{"--addr", "::1", "--mtu", "9000", "--pcap", "a.pcap"},
+			want: linkSettings{Link: "udp", Encap: "roce2", Addr: netip.MustParseAddr("::1"), MTU: 9000, Pcap: "a.pcap"}},
+		{name: "mapped addr unmapped", args: []string{"--addr", "::ffff:10.0.0.1"},
+			want: linkSettings{Link: "udp", Encap: "roce2", Addr: netip.MustParseAddr("10.0.0.1")}},
+		{name: "config file", args: []string{"--config", good},
+			want: linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrA, MTU: 1500, Pcap: "/tmp/x.pcap"}},
+		{name: "flag beats file", args: []string{"--config", good, "--mtu", "2000", "--addr", "127.0.77.2"},
+			want: linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrB, MTU: 2000, Pcap: "/tmp/x.pcap"}},
+		{name: "afpacket roce1", args: []string{"--link", "afpacket", "--dev", "veth0", "--encap", "roce1"},
+			want: linkSettings{Link: "afpacket", Dev: "veth0", Encap: "roce1"}},
+		{name: "unknown link", args: []string{"--link", "rdma"}, kind: errLinkConfig, msg: `unknown link "rdma"`},
+		{name: "unknown encap", args: []string{"--encap", "roce3"}, kind: errLinkConfig, msg: `unknown encap "roce3"`},
+		{name: "roce1 on udp", args: []string{"--encap", "roce1"}, kind: errLinkConfig, msg: "needs an Ethernet link"},
+		{name: "afpacket without dev", args: []string{"--link", "afpacket"}, kind: errLinkConfig, msg: "needs --dev"},
+		{name: "bad addr", args: []string{"--addr", "10.0.0"}, kind: errLinkConfig, msg: "not an IPv4 or IPv6 address"},
+		{name: "unspecified addr", args: []string{"--addr", "0.0.0.0"}, kind: errLinkConfig, msg: "unicast"},
+		{name: "tiny mtu", args: []string{"--mtu", "100"}, kind: errLinkConfig, msg: "too small"},
+		{name: "negative mtu", args: []string{"--mtu", "-1"}, kind: errLinkConfig, msg: "not a byte count"},
+		{name: "missing config", args: []string{"--config", filepath.Join(t.TempDir(), "none")}, kind: errLinkConfig, msg: "config file"},
+		{name: "unknown key", args: []string{"--config", writeFile(t, "k.conf", "link=udp\nspeed=10\n")}, kind: errLinkConfig, msg: `k.conf:2: unknown key "speed"`},
+		{name: "no equals", args: []string{"--config", writeFile(t, "e.conf", "udp\n")}, kind: errLinkConfig, msg: "e.conf:1: want key=value"},
+		{name: "duplicate key", args: []string{"--config", writeFile(t, "d.conf", "mtu=1500\nmtu=9000\n")}, kind: errLinkConfig, msg: `d.conf:2: key "mtu" given twice`},
+		{name: "bad value in file", args: []string{"--config", writeFile(t, "v.conf", "mtu=big\n")}, kind: errLinkConfig, msg: `mtu "big"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseLinkArgs(t, tc.args...)
+			if tc.kind == nil {
+				if err != nil {
+					t.Fatalf("error %v", err)
+				}
+				if got != tc.want {
+					t.Fatalf("got %+v, want %+v", got, tc.want)
+				}
+				return
+			}
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("error %v, want kind %v containing %q", err, tc.kind, tc.msg)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		})
+	}
+}
+
+func TestResolveAddr(t *testing.T) {
+	lo := loopbackName(t)
+	tests := []struct {
+		name string
+		s    linkSettings
+		peer string
+		want netip.Addr
+		kind error
+		msg  string
+	}{
+		{name: "default loopback", s: linkSettings{Link: "udp"}, want: netip.MustParseAddr("127.0.0.1")},
+		{name: "explicit", s: linkSettings{Link: "udp", Addr: testAddrA}, want: testAddrA},
+		{name: "towards peer", s: linkSettings{Link: "udp"}, peer: "127.0.77.9", want: netip.MustParseAddr("127.0.0.1")},
+		{name: "dev first address", s: linkSettings{Link: "udp", Dev: lo}, want: netip.MustParseAddr("127.0.0.1")},
+		{name: "dev and addr", s: linkSettings{Link: "udp", Dev: lo, Addr: testAddrB}, want: testAddrB},
+		{name: "bad interface", s: linkSettings{Link: "udp", Dev: "nosuchif0"}, kind: errLinkNoInterface, msg: `interface "nosuchif0" does not exist`},
+		{name: "addr not on dev", s: linkSettings{Link: "udp", Dev: lo, Addr: netip.MustParseAddr("192.0.2.1")}, kind: errLinkAddr,
+			msg: "address 192.0.2.1 is not assigned to interface " + lo},
+		{name: "addr not on host", s: linkSettings{Link: "udp", Addr: netip.MustParseAddr("192.0.2.1")}, kind: errLinkAddr,
+			msg: "address 192.0.2.1 is not assigned to any interface"},
+		{name: "unresolvable peer", s: linkSettings{Link: "udp"}, peer: "no-such-host.invalid", kind: errLinkAddr, msg: "no local address towards no-such-host.invalid"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := resolveAddr(tc.s, tc.peer)
+			if tc.kind == nil {
+				if err != nil || got.Addr != tc.want {
+					t.Fatalf("got %v, %v; want %v", got.Addr, err, tc.want)
+				}
+				return
+			}
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("error %v, want kind %v containing %q", err, tc.kind, tc.msg)
+			}
+		})
+	}
+}
+
+func loopbackName(t *testing.T) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 {
+			return ifc.Name
+		}
+	}
+	t.Skip("no loopback interface")
+	return ""
+}
+
+// needRawSocket skips tests that open the udp link, whose IPv4 receive
+// path is a raw socket.
+func needRawSocket(t *testing.T) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_UDP)
+	if err != nil {
+		t.Skipf("the udp link needs CAP_NET_RAW for its IPv4 raw socket: %v", err)
+	}
+	syscall.Close(fd)
+}
+
+func TestOpenDeviceBusyPort(t *testing.T) {
+	needRawSocket(t)
+	addr := netip.MustParseAddr("127.0.77.3")
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, udp.DefaultPort)))
+	if err != nil {
+		t.Skipf("cannot hold %s:4791 for the test: %v", addr, err)
+	}
+	defer c.Close()
+	_, err = openDevice(linkSettings{Link: "udp", Encap: "roce2", Addr: addr}, "", "")
+	if !errors.Is(err, errLinkBusy) || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("error %v, want errLinkBusy wrapping EADDRINUSE", err)
+	}
+	if !strings.Contains(err.Error(), "127.0.77.3 port 4791") || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("message %q does not name the address, port and cause", err)
+	}
+}
+
+func TestOpenDevicePrivilege(t *testing.T) {
+	orig := openUDPLink
+	defer func() { openUDPLink = orig }()
+	openUDPLink = func(cfg udp.Config) (link.Endpoint, error) {
+		// What udp.Open returns for an unprivileged user.
+		return nil, fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", syscall.EPERM)
+	}
+	_, err := openDevice(linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrA}, "", "")
+	if !errors.Is(err, errLinkPrivilege) || !strings.Contains(err.Error(), "CAP_NET_RAW") {
+		t.Fatalf("error %v, want errLinkPrivilege naming CAP_NET_RAW", err)
+	}
+	var out strings.Builder
+	if st := linkExit(&out, "goroce devinfo", err); st != exitFail {
+		t.Fatalf("exit %d, want %d", st, exitFail)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 1 || !strings.HasPrefix(out.String(), "goroce devinfo: ") {
+		t.Fatalf("stderr %q, want one line", out.String())
+	}
+}
+
+func TestOpenDeviceUnavailableBackend(t *testing.T) {
+	for _, l := range []string{linkAFPacket, linkTUN, linkTAP} {
+		_, err := openLink(linkSettings{Link: l, Dev: "x"})
+		if !errors.Is(err, errLinkUnavailable) {
+			t.Errorf("%s: error %v, want errLinkUnavailable", l, err)
+		}
+	}
+}
+
+func TestOpenDeviceWithCapture(t *testing.T) {
+	needRawSocket(t)
+	capName := filepath.Join(t.TempDir(), "dev.pcap")
+	od, err := openDevice(linkSettings{Link: "udp", Encap: "roce2", Addr: netip.MustParseAddr("127.0.77.4"), MTU: 1500, Pcap: capName}, "", "goroce9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if od.Dev.Name() != "goroce9" {
+		t.Errorf("name %q", od.Dev.Name())
+	}
+	if i, err := od.Dev.GIDIndex(netip.MustParseAddr("127.0.77.4")); err != nil || i != 0 {
+		t.Errorf("GID index of the link address: %d, %v", i, err)
+	}
+	if got := od.Dev.QueryPort().ActiveMTU.Bytes(); got != 1024 {
+		t.Errorf("active MTU %d with a 1500-byte link, want 1024 (rxe's 80-byte reserve)", got)
+	}
+	if err := od.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(capName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := pcap.NewReader(f); err != nil {
+		t.Fatalf("capture file header: %v", err)
+	}
+}
