@@ -56,8 +56,9 @@ type runtime struct {
 	done chan struct{}
 	wg   sync.WaitGroup
 
-	bellMu sync.Mutex
-	rung   []*QP
+	bellMu    sync.Mutex
+	rung      []*QP // protected by bellMu
+	rungSpare []*QP // protected by mu: the other half of the double buffer
 
 	events        chan AsyncEvent
 	eventsDropped atomic.Uint64
@@ -233,18 +234,20 @@ func (rt *runtime) nextDeadline() (transport.Time, bool) {
 	return 0, false
 }
 
+// drainBell moves the doorbell list to the active list. The two slices
+// swap roles (double buffering), so kick appends to one while the pump
+// reads the other; rt.mu must be held.
 func (rt *runtime) drainBell() {
 	rt.bellMu.Lock()
 	rung := rt.rung
-	rt.rung = rt.rung[len(rt.rung):]
-	if len(rt.rung) == 0 {
-		rt.rung = rung[:0]
-	}
+	rt.rung = rt.rungSpare[:0]
 	rt.bellMu.Unlock()
-	for _, q := range rung {
+	for i, q := range rung {
 		q.kicked.Store(false)
 		rt.activate(q)
+		rung[i] = nil
 	}
+	rt.rungSpare = rung[:0]
 }
 
 func (rt *runtime) activate(q *QP) {
