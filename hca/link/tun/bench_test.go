@@ -1,0 +1,97 @@
+//go:build linux
+
+package tun
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca/link/linktest"
+)
+
+// BenchmarkTUN measures one direction of the routed two-namespace topology:
+// the writer sends batches of RoCEv2 frames (MTU 1024 and 4096 payloads)
+// into tunA, the kernel forwards them twice, and the reader drains tunB.
+// Bytes are IP packet bytes received; loss/op counts frames the kernel
+// dropped (a TUN queue overflows when the reader falls behind).
+func BenchmarkTUN(b *testing.B) {
+	r := newRouted(b, false, 9000)
+	for _, payload := range []int{1024, 4096} {
+		b.Run(fmt.Sprintf("payload=%d", payload), func(b *testing.B) {
+			benchOneWay(b, r, payload)
+		})
+	}
+}
+
+// window is the benchmark's flow control: frames written and not yet read.
+const window = 256
+
+func benchOneWay(b *testing.B, r *routed, payload int) {
+	ea, eb := r.open(b, nil)
+	batch := ea.BatchSize()
+	frames := make([][]byte, batch)
+	for i := range frames {
+		f, err := linktest.Frame(ea, eb, bth.PSN(i), payload)
+		if err != nil {
+			b.Fatal(err)
+		}
+		frames[i] = f
+	}
+	bufs := make([][]byte, eb.BatchSize())
+	for i := range bufs {
+		bufs[i] = make([]byte, 9000)
+	}
+	sizes := make([]int, len(bufs))
+	got := make(chan int, 1)
+	var recvd atomic.Int64
+	credits := make(chan int, 1<<20)
+	b.SetBytes(int64(len(frames[0])))
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		n := 0
+		reads := 0
+		defer func() { b.ReportMetric(float64(n)/float64(max(reads, 1)), "frames/read") }()
+		for {
+			k, err := eb.Read(bufs, sizes, 0)
+			if err != nil {
+				break
+			}
+			n += k
+			reads++
+			recvd.Store(int64(n))
+			credits <- k
+		}
+		got <- n
+	}()
+	acked := 0
+	for sent := 0; sent < b.N; {
+		// Keep at most window frames in flight: the kernel queues 500
+		// packets for a TUN reader and drops beyond that, as an RC
+		// sender's window would prevent.
+		for sent-acked > window {
+			acked += <-credits
+		}
+		k := min(batch, b.N-sent)
+		n, err := ea.Write(frames[:k], 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sent += n
+	}
+	// Let the kernel finish forwarding, then stop the reader.
+	deadline := time.Now().Add(2 * time.Second)
+	for recvd.Load() < int64(b.N) && time.Now().Before(deadline) {
+		select {
+		case <-credits:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	b.StopTimer()
+	eb.Close()
+	n := <-got
+	b.ReportMetric(float64(b.N-n)/float64(b.N), "loss/op")
+}

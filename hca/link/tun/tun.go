@@ -1,0 +1,279 @@
+//go:build linux
+
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/songgao/water"
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// Mode is the kind of device.
+type Mode uint8
+
+// Device modes.
+const (
+	// TUN carries IP packets (link.FormatIP): RoCEv2 over IPv4 or IPv6.
+	TUN Mode = iota
+	// TAP carries Ethernet frames (link.FormatEthernet): RoCEv2 or RoCEv1.
+	TAP
+)
+
+func (m Mode) String() string {
+	switch m {
+	case TUN:
+		return "tun"
+	case TAP:
+		return "tap"
+	}
+	return fmt.Sprintf("Mode(%d)", m)
+}
+
+// DefaultMTU is the device MTU when Config.MTU is 0: room for a 4096-byte
+// IB MTU RoCEv2 packet over IPv6 (4096 + 40 + 8 + 12 + 16 + 28 + 4 bytes of
+// headers and ICRC, rounded up), as rxe needs an interface MTU of at least
+// 4200 for IB MTU 4096.
+const DefaultMTU = 4200
+
+// Config configures Open.
+type Config struct {
+	// Name is the interface name; "" lets the kernel choose (tun0, tap0...).
+	Name string
+	// Mode is TUN (default) or TAP.
+	Mode Mode
+	// Addr is the goroce host's address and the prefix of the subnet it is
+	// on (required): Addrs returns Addr.Addr(), from which the HCA builds
+	// its GIDs. It is not assigned to the kernel side of the device (see
+	// the package documentation); TUN devices get a route to Addr.Masked()
+	// through the device unless KernelAddr already implies it.
+	Addr netip.Prefix
+	// KernelAddr, when valid, is assigned to the kernel side of the device
+	// (the "gateway" the goroce host sees). It must differ from Addr.Addr().
+	KernelAddr netip.Prefix
+	// MTU is the device MTU (default DefaultMTU): the largest IP packet.
+	MTU int
+	// Routes are further destinations the kernel routes into the device
+	// (towards the goroce host).
+	Routes []netip.Prefix
+	// BatchSize is the largest batch of one Read or Write (default
+	// link.IdealBatchSize).
+	BatchSize int
+	// HardwareAddr is the goroce host's MAC in TAP mode (default: a
+	// locally administered unicast address derived from Addr). It is not
+	// the TAP device's own MAC, which the kernel picks.
+	HardwareAddr net.HardwareAddr
+	// NoConfigure leaves the interface as water created it: no address, MTU
+	// or routes, and down. The caller configures it (Endpoint.Name gives
+	// the interface); MTU still bounds Write.
+	NoConfigure bool
+}
+
+// Stats are the endpoint's counters.
+type Stats struct {
+	TxFrames   uint64 // frames written to the device
+	TxRejected uint64 // frames refused by Write: over the MTU, not IP (TUN), too short
+	TxErrors   uint64 // frames the kernel refused (write error)
+
+	RxFrames   uint64 // frames returned by Read
+	RxTooLarge uint64 // dropped: larger than the caller's buffer
+	RxNotRoCE  uint64 // dropped: not a RoCE frame (ARP, NDP, MLD, other UDP ports ...)
+	RxErrors   uint64 // read errors other than EAGAIN (dropped frames)
+}
+
+type counters struct {
+	txFrames, txRejected, txErrors            atomic.Uint64
+	rxFrames, rxTooLarge, rxNotRoCE, rxErrors atomic.Uint64
+}
+
+// Errors.
+var (
+	// ErrBadConfig is wrapped by Open for an invalid Config.
+	ErrBadConfig = errors.New("tun: invalid configuration")
+	// ErrBadFrame is wrapped by Write for a frame the device cannot carry:
+	// shorter than a header, or (TUN) not IPv4 or IPv6.
+	ErrBadFrame = errors.New("tun: frame is not a packet for this device")
+)
+
+// Endpoint is a TUN or TAP device. It implements link.Endpoint.
+type Endpoint struct {
+	cfg    Config
+	name   string
+	format link.Format
+	mtu    int
+	maxLen int // largest frame: MTU plus the Ethernet header (TAP)
+	addrs  []netip.Addr
+	mac    net.HardwareAddr
+
+	ifc *water.Interface
+	f   *os.File // the device fd, non-blocking, in the Go netpoller
+	rc  syscall.RawConn
+
+	closed atomic.Bool
+	once   sync.Once
+	st     counters
+	rx     rxState // owned by the single reader
+	tx     txState // owned by the single writer
+}
+
+var _ link.Endpoint = (*Endpoint)(nil)
+
+// Open creates the device and configures it (unless cfg.NoConfigure). The
+// device lives in the network namespace of the calling thread and
+// disappears when the endpoint is closed.
+func Open(cfg Config) (*Endpoint, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	e := &Endpoint{cfg: cfg, mtu: cfg.MTU, maxLen: cfg.MTU, format: link.FormatIP,
+		addrs: []netip.Addr{cfg.Addr.Addr()}}
+	wc := water.Config{DeviceType: water.TUN}
+	if cfg.Mode == TAP {
+		wc.DeviceType = water.TAP
+		e.format = link.FormatEthernet
+		e.maxLen += wire.EthernetLen + wire.VLANLen
+		e.mac = cfg.HardwareAddr
+		if e.mac == nil {
+			e.mac = DefaultHardwareAddr(cfg.Addr.Addr())
+		}
+	}
+	wc.Name = cfg.Name
+	ifc, err := water.New(wc)
+	if err != nil {
+		return nil, fmt.Errorf("tun: creating %s device %q: %w", cfg.Mode, cfg.Name, err)
+	}
+	e.ifc, e.name = ifc, ifc.Name()
+	f, ok := ifc.ReadWriteCloser.(*os.File)
+	if !ok {
+		ifc.Close()
+		return nil, fmt.Errorf("tun: water returned a %T, not an *os.File", ifc.ReadWriteCloser)
+	}
+	e.f = f
+	if e.rc, err = f.SyscallConn(); err != nil {
+		ifc.Close()
+		return nil, fmt.Errorf("tun: %w", err)
+	}
+	// water opens the fd without O_CLOEXEC: keep it from child processes.
+	if err := e.rc.Control(func(fd uintptr) { unix.CloseOnExec(int(fd)) }); err != nil {
+		ifc.Close()
+		return nil, fmt.Errorf("tun: %w", err)
+	}
+	if !cfg.NoConfigure {
+		if err := configure(e.name, &cfg); err != nil {
+			ifc.Close()
+			return nil, err
+		}
+	}
+	e.rx.init(e)
+	e.tx.init(e)
+	return e, nil
+}
+
+func (c *Config) check() error {
+	if c.Mode != TUN && c.Mode != TAP {
+		return fmt.Errorf("%w: unknown mode %d", ErrBadConfig, c.Mode)
+	}
+	if !c.Addr.IsValid() || c.Addr.Addr().IsUnspecified() || c.Addr.Addr().Zone() != "" {
+		return fmt.Errorf("%w: Addr %v must be a specific IPv4 or IPv6 address with a prefix length", ErrBadConfig, c.Addr)
+	}
+	if c.Addr.Addr().Is4In6() {
+		c.Addr = netip.PrefixFrom(c.Addr.Addr().Unmap(), c.Addr.Bits()-96)
+	}
+	if c.KernelAddr.IsValid() && c.KernelAddr.Addr() == c.Addr.Addr() {
+		return fmt.Errorf("%w: KernelAddr %v is the goroce host's own address; the kernel would keep the peer's packets for itself", ErrBadConfig, c.KernelAddr)
+	}
+	if len(c.Name) >= unix.IFNAMSIZ {
+		return fmt.Errorf("%w: interface name %q longer than %d bytes", ErrBadConfig, c.Name, unix.IFNAMSIZ-1)
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	minMTU := 576
+	if c.Addr.Addr().Is6() {
+		minMTU = 1280
+	}
+	if c.MTU < minMTU || c.MTU > 65535 {
+		return fmt.Errorf("%w: MTU %d outside [%d, 65535]", ErrBadConfig, c.MTU, minMTU)
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = link.IdealBatchSize
+	}
+	if c.BatchSize < 0 {
+		return fmt.Errorf("%w: negative BatchSize", ErrBadConfig)
+	}
+	if c.HardwareAddr != nil && (len(c.HardwareAddr) != 6 || c.HardwareAddr[0]&1 != 0) {
+		return fmt.Errorf("%w: HardwareAddr %v is not a unicast MAC-48", ErrBadConfig, c.HardwareAddr)
+	}
+	for _, r := range c.Routes {
+		if !r.IsValid() {
+			return fmt.Errorf("%w: invalid route %v", ErrBadConfig, r)
+		}
+	}
+	return nil
+}
+
+// DefaultHardwareAddr is the goroce host's MAC on a TAP device when
+// Config.HardwareAddr is nil: 02:67:72 (locally administered, "gr")
+// followed by the low 3 bytes of the address.
+func DefaultHardwareAddr(a netip.Addr) net.HardwareAddr {
+	b := a.As16()
+	return net.HardwareAddr{0x02, 0x67, 0x72, b[13], b[14], b[15]}
+}
+
+// Name returns the interface name.
+func (e *Endpoint) Name() string { return e.name }
+
+// BatchSize implements link.Endpoint.
+func (e *Endpoint) BatchSize() int { return e.cfg.BatchSize }
+
+// MTU implements link.Endpoint: the device MTU, the largest IP packet.
+func (e *Endpoint) MTU() int { return e.mtu }
+
+// Format implements link.Endpoint: FormatIP for TUN, FormatEthernet for TAP.
+func (e *Endpoint) Format() link.Format { return e.format }
+
+// Headroom implements link.Endpoint.
+func (e *Endpoint) Headroom() int { return 0 }
+
+// Addrs implements link.Endpoint: the goroce host's address, Config.Addr.
+func (e *Endpoint) Addrs() []netip.Addr { return e.addrs }
+
+// HardwareAddr implements link.Endpoint: the goroce host's MAC (TAP), or nil.
+func (e *Endpoint) HardwareAddr() net.HardwareAddr { return e.mac }
+
+// Close implements link.Endpoint. The device disappears with its last fd.
+func (e *Endpoint) Close() error {
+	e.once.Do(func() {
+		e.closed.Store(true)
+		e.ifc.Close()
+	})
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Endpoint) Stats() Stats {
+	s := &e.st
+	return Stats{
+		TxFrames: s.txFrames.Load(), TxRejected: s.txRejected.Load(), TxErrors: s.txErrors.Load(),
+		RxFrames: s.rxFrames.Load(), RxTooLarge: s.rxTooLarge.Load(), RxNotRoCE: s.rxNotRoCE.Load(),
+		RxErrors: s.rxErrors.Load(),
+	}
+}
+
+// closedErr maps the errors of a closed file to link.ErrClosed.
+func (e *Endpoint) closedErr(err error) error {
+	if e.closed.Load() || errors.Is(err, os.ErrClosed) {
+		return link.ErrClosed
+	}
+	return err
+}
