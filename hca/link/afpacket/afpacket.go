@@ -1,0 +1,328 @@
+//go:build linux
+
+package afpacket
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/netcfg"
+)
+
+// Config configures Open.
+type Config struct {
+	// Interface is the Ethernet interface to bind to (required).
+	Interface string
+	// NetNS, when set, is the namespace the interface is in; Open creates
+	// the sockets there (they keep working from any goroutine). Nil means
+	// the calling thread's namespace.
+	NetNS *netcfg.NetNS
+	// BatchSize is the most frames per Read or Write; default
+	// link.IdealBatchSize.
+	BatchSize int
+	// Addrs restricts the RoCEv2 receive filter and Addrs() to these
+	// addresses, which must be on the interface. Default: every address
+	// the interface has when Open runs.
+	Addrs []netip.Addr
+	// RecvBuf and SendBuf are socket buffer sizes in bytes (SO_RCVBUFFORCE
+	// when permitted); 0 means 4 MiB receive and the kernel's default send.
+	RecvBuf, SendBuf int
+}
+
+// Errors Open wraps; the message names the interface (and address).
+var (
+	ErrInterfaceDown      = errors.New("interface is down")
+	ErrNotEthernet        = errors.New("not an Ethernet interface")
+	ErrPermission         = errors.New("a packet socket needs CAP_NET_RAW (run as root)")
+	ErrAddrNotOnInterface = errors.New("address is not on the interface")
+)
+
+// Stats are the endpoint's counters.
+type Stats struct {
+	RxFrames     uint64 // delivered by Read
+	RxTooLarge   uint64 // dropped: larger than the caller's buffer
+	RxRunt       uint64 // dropped: shorter than an Ethernet header
+	RxKernelDrop uint64 // dropped by the kernel: socket receive queue full (PACKET_STATISTICS)
+	TxFrames     uint64 // handed to the device
+	TxDropped    uint64 // refused by the device queue (ENOBUFS): lost on the wire
+	TxRejected   uint64 // refused by Write: over the MTU or runt
+	HeldPorts    int    // addresses whose UDP port 4791 Open holds
+}
+
+// Endpoint is an AF_PACKET link on one interface. See link.Endpoint for
+// the concurrency contract.
+type Endpoint struct {
+	cfg     Config
+	ifname  string
+	ifindex int
+	mtu     int
+	mac     net.HardwareAddr
+	addrs   []netip.Addr
+
+	file  *os.File // the packet socket
+	rc    syscall.RawConn
+	holds []int // UDP sockets holding port 4791
+	held  int   // len(holds) after Open
+
+	rx rxState
+	tx txState
+
+	closed atomic.Bool
+	once   sync.Once
+
+	st struct {
+		rxFrames, rxTooLarge, rxRunt, rxKernelDrop atomic.Uint64
+		txFrames, txDropped, txRejected            atomic.Uint64
+	}
+	statsMu sync.Mutex // serialises PACKET_STATISTICS reads (they reset the kernel counter)
+}
+
+var _ link.Endpoint = (*Endpoint)(nil)
+
+// Open binds a packet socket to cfg.Interface. Errors are one line naming
+// the interface: no such interface (netcfg.ErrNoInterface), down
+// (ErrInterfaceDown), not Ethernet (ErrNotEthernet), no privilege
+// (ErrPermission), an address in cfg.Addrs not on it
+// (ErrAddrNotOnInterface).
+func Open(cfg Config) (*Endpoint, error) {
+	if cfg.Interface == "" {
+		return nil, errors.New("afpacket: no interface given")
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = link.IdealBatchSize
+	}
+	if cfg.BatchSize > 1024 {
+		return nil, fmt.Errorf("afpacket: batch size %d over 1024", cfg.BatchSize)
+	}
+	if cfg.RecvBuf == 0 {
+		cfg.RecvBuf = 4 << 20
+	}
+	e := &Endpoint{cfg: cfg, ifname: cfg.Interface}
+	err := cfg.NetNS.Do(e.open)
+	if err != nil {
+		e.closeFDs()
+		return nil, err
+	}
+	e.held = len(e.holds)
+	e.rx.init(e)
+	e.tx.init(e)
+	return e, nil
+}
+
+// open runs in the endpoint's namespace.
+func (e *Endpoint) open() error {
+	name := e.ifname
+	l, err := netcfg.LinkByName(name)
+	if err != nil {
+		if errors.Is(err, netcfg.ErrNoInterface) {
+			return fmt.Errorf("afpacket: interface %q: %w", name, netcfg.ErrNoInterface)
+		}
+		return fmt.Errorf("afpacket: %w", err)
+	}
+	if len(l.HardwareAddr) != 6 {
+		return fmt.Errorf("afpacket: %s: %w (hardware address %q)", name, ErrNotEthernet, l.HardwareAddr)
+	}
+	if !l.Up {
+		return fmt.Errorf("afpacket: %s: %w (ip link set %s up)", name, ErrInterfaceDown, name)
+	}
+	e.ifindex, e.mtu, e.mac = l.Index, l.MTU, l.HardwareAddr
+	have, err := netcfg.Addrs(name)
+	if err != nil {
+		return fmt.Errorf("afpacket: %w", err)
+	}
+	e.addrs = have
+	if len(e.cfg.Addrs) > 0 {
+		e.addrs = nil
+		for _, a := range e.cfg.Addrs {
+			a = a.Unmap()
+			if !slices.Contains(have, a) {
+				return fmt.Errorf("afpacket: %v: %w %s (it has %s)", a, ErrAddrNotOnInterface, name, listAddrs(have))
+			}
+			e.addrs = append(e.addrs, a)
+		}
+	}
+	prog, err := roceFilter(e.addrs)
+	if err != nil {
+		return err
+	}
+
+	// Protocol 0: the socket receives nothing until bind, by which time
+	// the filter is in place.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return fmt.Errorf("afpacket: %s: %w", name, ErrPermission)
+		}
+		return fmt.Errorf("afpacket: %s: packet socket: %w", name, err)
+	}
+	e.file = os.NewFile(uintptr(fd), "afpacket:"+name)
+	if err := attachFilter(fd, prog); err != nil {
+		return fmt.Errorf("afpacket: %s: SO_ATTACH_FILTER: %w", name, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
+		return fmt.Errorf("afpacket: %s: PACKET_IGNORE_OUTGOING (Linux 4.20+): %w", name, err)
+	}
+	setBuffers(fd, e.cfg.RecvBuf, e.cfg.SendBuf)
+	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: e.ifindex}
+	if err := unix.Bind(fd, sa); err != nil {
+		if errors.Is(err, unix.ENETDOWN) {
+			return fmt.Errorf("afpacket: %s: %w", name, ErrInterfaceDown)
+		}
+		return fmt.Errorf("afpacket: %s: bind: %w", name, err)
+	}
+	if e.rc, err = e.file.SyscallConn(); err != nil {
+		return fmt.Errorf("afpacket: %s: %w", name, err)
+	}
+	for _, a := range e.addrs {
+		if err := e.holdPort(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holdPort binds UDP 4791 on a with a socket that drops everything, so the
+// kernel IP stack does not answer our RoCEv2 packets with ICMP port
+// unreachable. A port someone else holds is left to them.
+func (e *Endpoint) holdPort(a netip.Addr) error {
+	fam := unix.AF_INET
+	var sa unix.Sockaddr
+	if a.Is4() {
+		sa = &unix.SockaddrInet4{Port: roceV2Port, Addr: a.As4()}
+	} else {
+		fam = unix.AF_INET6
+		s6 := &unix.SockaddrInet6{Port: roceV2Port, Addr: a.As16()}
+		if a.IsLinkLocalUnicast() {
+			s6.ZoneId = uint32(e.ifindex)
+		}
+		sa = s6
+	}
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return fmt.Errorf("afpacket: %s: UDP socket to hold port %d on %v: %w", e.ifname, roceV2Port, a, err)
+	}
+	if fam == unix.AF_INET6 {
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+	}
+	if err := attachFilter(fd, dropAll()); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("afpacket: %s: drop filter on the UDP %d holder: %w", e.ifname, roceV2Port, err)
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EADDRINUSE) {
+			return nil
+		}
+		return fmt.Errorf("afpacket: %s: holding UDP port %d on %v: %w", e.ifname, roceV2Port, a, err)
+	}
+	e.holds = append(e.holds, fd)
+	return nil
+}
+
+func listAddrs(as []netip.Addr) string {
+	if len(as) == 0 {
+		return "no addresses"
+	}
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+func setBuffers(fd, rcv, snd int) {
+	if rcv > 0 && unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcv) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcv)
+	}
+	if snd > 0 && unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, snd) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, snd)
+	}
+}
+
+// Interface is the interface name.
+func (e *Endpoint) Interface() string { return e.ifname }
+
+// BatchSize implements link.Endpoint.
+func (e *Endpoint) BatchSize() int { return e.cfg.BatchSize }
+
+// MTU implements link.Endpoint: the interface MTU when Open ran (the
+// largest IP packet; a frame may add its Ethernet header).
+func (e *Endpoint) MTU() int { return e.mtu }
+
+// Format implements link.Endpoint: frames start with an Ethernet header.
+func (e *Endpoint) Format() link.Format { return link.FormatEthernet }
+
+// Headroom implements link.Endpoint.
+func (e *Endpoint) Headroom() int { return 0 }
+
+// Addrs implements link.Endpoint: the interface's IP addresses at Open
+// (or Config.Addrs).
+func (e *Endpoint) Addrs() []netip.Addr { return e.addrs }
+
+// HardwareAddr implements link.Endpoint: the interface MAC.
+func (e *Endpoint) HardwareAddr() net.HardwareAddr { return e.mac }
+
+// Close closes the sockets; a blocked Read or Write returns link.ErrClosed.
+func (e *Endpoint) Close() error {
+	e.once.Do(func() {
+		e.closed.Store(true)
+		e.closeFDs()
+	})
+	return nil
+}
+
+func (e *Endpoint) closeFDs() {
+	if e.file != nil {
+		e.file.Close()
+	}
+	for _, fd := range e.holds {
+		unix.Close(fd)
+	}
+	e.holds = nil
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Endpoint) Stats() Stats {
+	e.statsMu.Lock()
+	if !e.closed.Load() && e.rc != nil {
+		var ps unix.TpacketStats
+		e.rc.Control(func(fd uintptr) {
+			l := uint32(unsafe.Sizeof(ps))
+			_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_PACKET, unix.PACKET_STATISTICS,
+				uintptr(unsafe.Pointer(&ps)), uintptr(unsafe.Pointer(&l)), 0)
+			if errno == 0 {
+				e.st.rxKernelDrop.Add(uint64(ps.Drops))
+			}
+		})
+	}
+	e.statsMu.Unlock()
+	c := &e.st
+	return Stats{
+		RxFrames: c.rxFrames.Load(), RxTooLarge: c.rxTooLarge.Load(), RxRunt: c.rxRunt.Load(),
+		RxKernelDrop: c.rxKernelDrop.Load(),
+		TxFrames:     c.txFrames.Load(), TxDropped: c.txDropped.Load(), TxRejected: c.txRejected.Load(),
+		HeldPorts: e.held,
+	}
+}
+
+// closedErr maps an error from a closed file to link.ErrClosed.
+func (e *Endpoint) closedErr(err error) error {
+	if e.closed.Load() || errors.Is(err, os.ErrClosed) {
+		return link.ErrClosed
+	}
+	return err
+}

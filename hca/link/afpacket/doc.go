@@ -1,0 +1,41 @@
+// Package afpacket is the raw-Ethernet link: an AF_PACKET SOCK_RAW socket
+// bound to one interface, carrying RoCEv2 (IPv4/IPv6 + UDP 4791) and
+// RoCEv1 (ethertype 0x8915) frames built whole by goroce, Ethernet header
+// included (link.FormatEthernet).
+//
+// What the kernel is asked to do, and why:
+//
+//   - A classic BPF filter, attached before the socket is bound so nothing
+//     else is ever queued, accepts only RoCEv1 frames and RoCEv2 frames
+//     to one of the interface's addresses (non-fragments, UDP destination
+//     port 4791) that were sent to this host (not PACKET_OTHERHOST when the
+//     interface is promiscuous, not PACKET_OUTGOING).
+//   - PACKET_IGNORE_OUTGOING keeps our own transmitted frames (and every
+//     other local sender's) out of the receive queue.
+//   - The kernel IP stack also sees every received RoCEv2 packet. With no
+//     socket on UDP 4791 it would answer each with an ICMP port
+//     unreachable, so Open holds port 4791 on each interface address with
+//     a UDP socket whose filter drops everything (rdma_rxe holds the port
+//     with its own UDP tunnel socket for the same reason). If the port is
+//     taken already (rdma_rxe or a udp link) the holder is skipped: that
+//     owner keeps the kernel quiet, and also receives the packets.
+//   - recvmmsg and sendmmsg move a whole batch per system call, straight
+//     between the kernel and the caller's buffers; the socket is
+//     non-blocking and waits in the Go netpoller, so Close unblocks Read.
+//
+// Sends go through dev_queue_xmit (no PACKET_QDISC_BYPASS), so qdiscs and
+// the nftables netdev egress hook (netcfg.AddLoss) apply. A frame the
+// device drops on the way out (ENOBUFS: a full veth peer backlog) is counted
+// in TxDropped and treated as lost on the wire, as RoCE expects.
+//
+// Not done: PACKET_MMAP (TPACKET_V3) rings and PACKET_FANOUT; 802.1Q
+// tagged frames are sent as given but not received (the kernel strips the
+// tag and the filter matches untagged frames only); addresses added to the
+// interface after Open are not in the filter.
+//
+// Opening needs CAP_NET_RAW. The endpoint lives in the network namespace
+// it was opened in (Config.NetNS, or the calling thread's).
+//
+// This package imports the standard library, golang.org/x/sys/unix, and
+// goroce's hca/link and hca/netcfg packages.
+package afpacket
