@@ -299,7 +299,10 @@ func record(t *testing.T, name, dir string, t0 time.Time, detail *string) {
 	case t.Skipped():
 		res = NotRun
 	}
-	addRow(Row{Case: name, Direction: dir, Result: res, Seconds: since(t0), Detail: *detail})
+	r := Row{Case: name, Direction: dir, Result: res, Seconds: since(t0), Detail: *detail}
+	addRow(r)
+	// progress for run.sh, which shows lines starting with "[interop" while tests run
+	fmt.Printf("[interop %s] %-24s %-10s %-7s %6.1fs\n", time.Now().Format("15:04:05"), r.Case, r.Direction, r.Result, r.Seconds)
 }
 
 func TestBoot(t *testing.T) {
@@ -855,8 +858,13 @@ func (h *harness) verifyCapture(file string, want []string) (string, error) {
 	} else {
 		notes = append(notes, "pcap verify skipped: goroce has no `pcap` subcommand yet")
 	}
+	// Wireshark guesses at IB payloads with heuristic sub-dissectors; tiny SEND/WRITE payloads
+	// then show as "Malformed" RPC-over-RDMA, Ethertype, LOOP, VLAN or CRTP. Those two
+	// heuristics are off, and malformations in any protocol dissected *after* infiniband
+	// (payload guesses) are counted but not held against the packet.
 	tshark := func(filter string, fields ...string) ([]string, error) {
-		args := []string{"-r", file, "-n", "--disable-heuristic", "rpcrdma_infiniband", "-Y", filter, "-T", "fields"}
+		args := []string{"-r", file, "-n", "--disable-heuristic", "rpcrdma_infiniband",
+			"--disable-heuristic", "eth_over_ib", "-Y", filter, "-T", "fields", "-E", "separator=/t"}
 		for _, f := range fields {
 			args = append(args, "-e", f)
 		}
@@ -866,24 +874,40 @@ func (h *harness) verifyCapture(file string, want []string) (string, error) {
 		if err := cmd.Run(); err != nil {
 			return nil, fmt.Errorf("tshark %s: %v: %s", filter, err, tail(stderr.String(), 3))
 		}
-		return strings.Fields(stdout.String()), nil
+		return strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n"), nil
 	}
 	ib, err := tshark("infiniband", "infiniband.bth.opcode")
 	if err != nil {
 		return "", err
 	}
-	if len(ib) == 0 {
+	if len(ib) == 0 || ib[0] == "" {
 		return "", errors.New("tshark: no InfiniBand frame in the capture")
 	}
 	if ok >= 0 && ok != len(ib) {
 		return "", fmt.Errorf("tshark dissects %d InfiniBand frames, goroce pcap verify %d", len(ib), ok)
 	}
-	bad, err := tshark("_ws.malformed || _ws.expert.severity == error", "frame.number")
+	bad, err := tshark("_ws.malformed || _ws.expert.severity == error", "frame.number", "frame.protocols")
 	if err != nil {
 		return "", err
 	}
-	if len(bad) > 0 {
-		return "", fmt.Errorf("tshark: malformed/error frames %v", bad[:min(len(bad), 5)])
+	var hard []string
+	payloadGuesses := 0
+	for _, l := range bad {
+		f := strings.Split(l, "\t")
+		if len(f) != 2 {
+			continue
+		}
+		if i := strings.Index(f[1], ":infiniband:"); i >= 0 {
+			payloadGuesses++ // the exception is in a payload sub-dissector, not in the headers
+			continue
+		}
+		hard = append(hard, f[0]+" ("+f[1]+")")
+	}
+	if len(hard) > 0 {
+		return "", fmt.Errorf("tshark: malformed/error frames %v", hard[:min(len(hard), 5)])
+	}
+	if payloadGuesses > 0 {
+		notes = append(notes, fmt.Sprintf("tshark: %d payload-heuristic malformations ignored", payloadGuesses))
 	}
 	notes = append(notes, fmt.Sprintf("tshark: %d IB frames, none malformed", len(ib)))
 	return strings.Join(notes, ", "), nil
