@@ -66,7 +66,7 @@ func rank(name string) int {
 		return 2
 	case strings.HasPrefix(name, "boot: "):
 		return 3
-	case strings.HasPrefix(name, "loss"):
+	case strings.HasPrefix(name, "loss"), strings.HasPrefix(name, "host path"):
 		return 4
 	case strings.HasPrefix(name, "boot (link MTU 9000): "):
 		return 1<<20 + 1
@@ -371,6 +371,61 @@ func TestLossInjection(t *testing.T) {
 			t.Errorf("direction %d: %d of %d datagrams dropped, want %d seen and ~1%% dropped", c[2], c[1], c[0], n)
 		}
 	}
+}
+
+// TestHostPath checks the host side of the goroce directions without goroce: from the
+// netns, over the bridge, the host plays an ibv_rc_pingpong client's out-of-band TCP
+// exchange with the real tool in the VM (wire-spec §10.1: 52-byte LID:QPN:PSN:GID strings,
+// then "done"), while tcpdump records the bridge as it does for every goroce case.
+func TestHostPath(t *testing.T) {
+	t0, detail := time.Now(), ""
+	defer record(t, "host path: pingpong TCP exchange", "host→rxe", t0, &detail)
+	pcap := filepath.Join(h.caps, "host-path.pcap")
+	stop, err := h.hostCapture(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srvDone := make(chan struct{})
+	var sbuf syncBuffer
+	go func() {
+		defer close(srvDone)
+		_, _ = h.agent.Run(ctx, agentproto.Request{Script: fmt.Sprintf("timeout 30 ibv_rc_pingpong -d rxe0 -g %d -n 1", GIDIndex)}, nil, &sbuf, &sbuf)
+	}()
+	if err := h.waitListen(ctx, "guest", OOBPort, srvDone); err != nil {
+		t.Fatalf("ibv_rc_pingpong server: %v\n%s", err, sbuf.String())
+	}
+	// Our message: LID 0, QPN 0x11, PSN 1, GID ::ffff:10.66.0.1, NUL-terminated (52 bytes).
+	const mine = "0000:000011:000001:00000000000000000000ffff0a420001"
+	script := fmt.Sprintf(`exec 3<>/dev/tcp/%s/%d && printf '%s\0' >&3 && head -c 52 <&3 | tr -d '\0' && printf 'done\0' >&3`,
+		GuestIP, OOBPort, mine)
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", NetNS, "bash", "-c", script).CombinedOutput()
+	cancel() // the server now waits for a peer QP that does not exist; the agent kills it
+	<-srvDone
+	capNote, cerr := stop()
+	if err != nil {
+		detail = "exchange: " + err.Error()
+		t.Fatalf("host side of the exchange: %v\n%s", err, out)
+	}
+	re := regexp.MustCompile(`^0000:([0-9a-f]{6}):([0-9a-f]{6}):00000000000000000000ffff0a420002$`)
+	if !re.Match(out) {
+		detail = fmt.Sprintf("bad reply %q", out)
+		t.Fatalf("server reply %q, want LID 0, a QPN, a PSN and GID ::ffff:%s", out, GuestIP)
+	}
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	frames, err := exec.Command("tshark", "-r", pcap, "-n", "-Y", fmt.Sprintf("tcp.port == %d && tcp.len > 0", OOBPort),
+		"-T", "fields", "-e", "tcp.len").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	lens := strings.Fields(string(frames))
+	if strings.Join(lens, " ") != "52 52 5" {
+		t.Errorf("TCP payloads on the bridge: %v, want 52 52 5", lens)
+	}
+	detail = fmt.Sprintf("server %s; bridge capture: TCP payloads %v; %s", strings.TrimSpace(string(out)), lens, capNote)
 }
 
 const lossTable = "goroce_interop_loss"
