@@ -36,3 +36,14 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceTAP runs the suite over two TAPs on one Linux bridge: the
+// kernel bridges the Ethernet frames unchanged (the frames carry the
+// endpoints' own MACs, which the bridge learns).
+func TestConformanceTAP(t *testing.T) {
+	ns := newNS(t)
+	newBridge(t, ns, "br71")
+	linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
+		return openTAPs(t, ns)
+	})
+}

@@ -8,19 +8,19 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/netcfg"
 )
 
 func skipUnlessRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (TUN/TAP devices, network namespaces)")
-	}
+	netcfg.SkipUnlessRoot(t)
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("no TUN/TAP support: %v", err)
 	}
@@ -38,24 +38,12 @@ func newNS(t testing.TB) *netcfg.NetNS {
 	return ns
 }
 
-// sysctl writes /proc/sys/<key> (dots become slashes) inside ns: net
-// sysctls belong to the namespace of the writer.
+// sysctl sets a net sysctl (slash-separated key) inside ns.
 func sysctl(t testing.TB, ns *netcfg.NetNS, key, value string) {
 	t.Helper()
-	p := filepath.Join("/proc/sys", filepath.FromSlash(dotsToSlashes(key)))
-	if err := ns.Do(func() error { return os.WriteFile(p, []byte(value), 0) }); err != nil {
-		t.Fatalf("sysctl %s=%s: %v", key, value, err)
+	if err := netcfg.SetSysctl(ns, key, value); err != nil {
+		t.Fatal(err)
 	}
-}
-
-func dotsToSlashes(s string) string {
-	b := []byte(s)
-	for i := range b {
-		if b[i] == '.' {
-			b[i] = '/'
-		}
-	}
-	return string(b)
 }
 
 // openIn opens a device inside ns; it is closed at cleanup.
@@ -74,25 +62,23 @@ func openIn(t testing.TB, ns *netcfg.NetNS, cfg Config) *Endpoint {
 // veth and forwarding IP. A's packets: fd → tunA → nsA routes → veth → nsB
 // routes → tunB → fd.
 type routed struct {
-	A, B   *netcfg.NetNS
-	CA, CB Config // device configurations (Addr: the goroce host)
+	A, B         *netcfg.NetNS
+	vethA, vethB netip.Addr // the veth ends
+	CA, CB       Config     // device configurations (Addr: the goroce host)
 }
 
 // plan holds the addresses of one family.
 type plan struct {
-	vethA, vethB   netip.Prefix // the veth ends (A, B)
 	hostA, kernelA netip.Prefix // goroce host A, kernel side of tunA
 	hostB, kernelB netip.Prefix
 }
 
 var plans = map[bool]plan{
 	false: {
-		vethA: pfx("10.71.0.1/30"), vethB: pfx("10.71.0.2/30"),
 		hostA: pfx("10.71.1.2/24"), kernelA: pfx("10.71.1.1/24"),
 		hostB: pfx("10.71.2.2/24"), kernelB: pfx("10.71.2.1/24"),
 	},
 	true: {
-		vethA: pfx("fd71::1/64"), vethB: pfx("fd71::2/64"),
 		hostA: pfx("fd71:1::2/64"), kernelA: pfx("fd71:1::1/64"),
 		hostB: pfx("fd71:2::2/64"), kernelB: pfx("fd71:2::1/64"),
 	},
@@ -100,31 +86,32 @@ var plans = map[bool]plan{
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
-// newRouted builds the namespaces, the veth (with the given MTU) and the
-// routes; the TUNs are opened per test with CA and CB.
+// newRouted builds the namespaces and the veth with netcfg.TwoHosts (with
+// the given MTU), turns on forwarding and adds the routes to the other
+// host's TUN subnet; the TUNs are opened per test with CA and CB.
 func newRouted(t testing.TB, v6 bool, mtu int) *routed {
 	t.Helper()
+	skipUnlessRoot(t)
 	p := plans[v6]
-	r := &routed{A: newNS(t), B: newNS(t)}
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{MTU: mtu, IPv6: v6})
+	r := &routed{A: h.A.NS, B: h.B.NS, vethA: h.A.Addr, vethB: h.B.Addr}
+	if v6 {
+		r.vethA, r.vethB = h.A.Addr6, h.B.Addr6
+	}
 	for _, ns := range []*netcfg.NetNS{r.A, r.B} {
 		if v6 {
-			sysctl(t, ns, "net.ipv6.conf.all.forwarding", "1")
+			sysctl(t, ns, "net/ipv6/conf/all/forwarding", "1")
 		} else {
-			sysctl(t, ns, "net.ipv4.ip_forward", "1")
-			sysctl(t, ns, "net.ipv4.conf.all.rp_filter", "0")
-			sysctl(t, ns, "net.ipv4.conf.default.rp_filter", "0")
+			sysctl(t, ns, "net/ipv4/ip_forward", "1")
+			sysctl(t, ns, "net/ipv4/conf/all/rp_filter", "0")
+			sysctl(t, ns, "net/ipv4/conf/default/rp_filter", "0")
 		}
 	}
-	if err := netcfg.VethPair("va", "vb", r.A, r.B, mtu); err != nil {
-		t.Fatal(err)
-	}
-	must(t, netcfg.AddAddr(r.A, "va", p.vethA))
-	must(t, netcfg.AddAddr(r.B, "vb", p.vethB))
-	must(t, netcfg.AddRoute(r.A, p.hostB.Masked(), p.vethB.Addr(), ""))
-	must(t, netcfg.AddRoute(r.B, p.hostA.Masked(), p.vethA.Addr(), ""))
+	must(t, netcfg.AddRoute(r.A, p.hostB.Masked(), r.vethB, ""))
+	must(t, netcfg.AddRoute(r.B, p.hostA.Masked(), r.vethA, ""))
 	r.CA = Config{Addr: p.hostA, KernelAddr: p.kernelA, MTU: mtu}
 	r.CB = Config{Addr: p.hostB, KernelAddr: p.kernelB, MTU: mtu}
-	r.warm(t, v6)
+	r.warm(t)
 	return r
 }
 
@@ -151,13 +138,12 @@ func must(t testing.TB, err error) {
 // packets per neighbour and drops the rest, which a lossless-link test must
 // not see. A UDP datagram to the discard port of the other end comes back
 // as ICMP port unreachable only after both ends resolved each other.
-func (r *routed) warm(t testing.TB, v6 bool) {
+func (r *routed) warm(t testing.TB) {
 	t.Helper()
-	p := plans[v6]
 	for _, w := range []struct {
 		ns  *netcfg.NetNS
 		dst netip.Addr
-	}{{r.A, p.vethB.Addr()}, {r.B, p.vethA.Addr()}} {
+	}{{r.A, r.vethB}, {r.B, r.vethA}} {
 		err := w.ns.Do(func() error {
 			c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(w.dst, 9)))
 			if err != nil {
@@ -179,5 +165,58 @@ func (r *routed) warm(t testing.TB, v6 bool) {
 		if err != nil {
 			t.Fatalf("resolving the veth neighbours: %v", err)
 		}
+	}
+}
+
+// newBridge creates a Linux bridge in ns and brings it up. netcfg has no
+// bridge (yet), so this uses the bridge ioctls (SIOCBRADDBR), which need no
+// netlink; the bridge (STP off) forwards from the moment a port joins.
+func newBridge(t testing.TB, ns *netcfg.NetNS, name string) {
+	t.Helper()
+	err := ns.Do(func() error {
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		var n [unix.IFNAMSIZ]byte
+		copy(n[:], name)
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCBRADDBR, uintptr(unsafe.Pointer(&n[0]))); errno != 0 {
+			return fmt.Errorf("SIOCBRADDBR %s: %w", name, errno)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, netcfg.SetUp(ns, name))
+}
+
+// enslave adds port to the bridge (SIOCBRADDIF); a closed TAP leaves the
+// bridge by itself.
+func enslave(t testing.TB, ns *netcfg.NetNS, bridge, port string) {
+	t.Helper()
+	err := ns.Do(func() error {
+		l, err := netcfg.LinkByName(port)
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		ifr, err := unix.NewIfreq(bridge)
+		if err != nil {
+			return err
+		}
+		ifr.SetUint32(uint32(l.Index))
+		if err := unix.IoctlIfreq(fd, unix.SIOCBRADDIF, ifr); err != nil {
+			return fmt.Errorf("SIOCBRADDIF %s to %s: %w", port, bridge, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

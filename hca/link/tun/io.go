@@ -67,6 +67,7 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 
 func (r *rxState) result() (int, error) {
 	if r.n > 0 {
+		raceAcquire()
 		r.e.st.rxFrames.Add(uint64(r.n))
 		return r.n, nil // an error after some frames shows again on the next Read
 	}
@@ -211,6 +212,7 @@ func (e *Endpoint) Write(bufs [][]byte, offset int) (int, error) {
 	}
 	t := &e.tx
 	t.frames, t.offset, t.n, t.errno = bufs[:k], offset, 0, 0
+	raceRelease()
 	err := e.rc.Write(t.fn)
 	n := t.n
 	t.frames = nil

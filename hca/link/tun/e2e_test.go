@@ -1,0 +1,213 @@
+//go:build linux
+
+package tun
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bench"
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/udp"
+	"github.com/goroce/goroce/hca/netcfg"
+	"github.com/goroce/goroce/wire"
+)
+
+// openHCA opens a device over ep; it (and ep) is closed at cleanup.
+func openHCA(t testing.TB, ep link.Endpoint, opts hca.Options) *hca.Device {
+	t.Helper()
+	d, err := hca.Open(ep, opts)
+	if err != nil {
+		ep.Close()
+		t.Fatalf("hca.Open over %v link: %v", ep.Format(), err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// runChecks connects an RC QP pair over the two devices and runs every RC
+// operation once with data verification (bench.RunChecks), then a short
+// RDMA WRITE stream of multi-packet messages.
+func runChecks(t *testing.T, da, db *hca.Device, mtu bth.MTU) {
+	t.Helper()
+	p, err := bench.NewPair(da, db, bench.PairConfig{Type: hca.RC, MTU: mtu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range bench.RunChecks(ctx, p) {
+		if c.Err != nil {
+			t.Errorf("%s: %v", c.Name, c.Err)
+		} else {
+			t.Logf("%s: ok", c.Name)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	r, err := bench.WriteBW(ctx, p, 64<<10, 200, 16, 0)
+	if err != nil {
+		t.Fatalf("WriteBW: %v", err)
+	}
+	t.Logf("RDMA WRITE 64 KiB x %d: %.1f MB/s", r.Iters, r.BytesPerSec/1e6)
+}
+
+// TestHCAOverTUN runs two goroce HCAs, each on its own TUN in its own
+// namespace, the namespaces routed through a veth: every RC operation
+// crosses two kernel forwarding hops each way.
+func TestHCAOverTUN(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		r := newRouted(t, v6, DefaultMTU)
+		for _, mtu := range []bth.MTU{bth.MTU1024, bth.MTU4096} {
+			t.Run(fmt.Sprintf("v6=%v/mtu=%d", v6, mtu.Bytes()), func(t *testing.T) {
+				ea, eb := r.open(t, nil)
+				da := openHCA(t, ea, hca.Options{Name: "tunA"})
+				db := openHCA(t, eb, hca.Options{Name: "tunB"})
+				runChecks(t, da, db, mtu)
+				for _, e := range []*Endpoint{ea, eb} {
+					st := e.Stats()
+					if st.RxTooLarge != 0 || st.TxRejected != 0 || st.TxErrors != 0 || st.RxErrors != 0 {
+						t.Errorf("%s: %+v", e.Name(), st)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestHCATUNToUDP runs a goroce HCA on a TUN against one on the UDP socket
+// link in the same namespace: the UDP link binds the kernel's address on the
+// TUN, and the kernel delivers between the device and the socket. RoCEv2
+// is RoCEv2 whatever produced it: IP IDs, source ports and ICRCs made by
+// one side are verified by the other.
+func TestHCATUNToUDP(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("v6=%v", v6), func(t *testing.T) {
+			ns := newNS(t)
+			p := plans[v6]
+			et := openIn(t, ns, Config{Addr: p.hostA, KernelAddr: p.kernelA})
+			var eu *udp.Endpoint
+			if err := ns.Do(func() (err error) {
+				eu, err = udp.Open(udp.Config{Addr: p.kernelA.Addr()})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			dt := openHCA(t, et, hca.Options{Name: "tun"})
+			du := openHCA(t, raceUDP{eu}, hca.Options{Name: "udp"})
+			for _, mtu := range []bth.MTU{bth.MTU1024, bth.MTU4096} {
+				t.Run(fmt.Sprintf("mtu=%d", mtu.Bytes()), func(t *testing.T) {
+					runChecks(t, dt, du, mtu) // the TUN host requests
+					runChecks(t, du, dt, mtu) // the UDP host requests
+				})
+			}
+			if st := eu.Stats(); st.RxMalformed != 0 || st.RxWrongAddress != 0 || st.TxRejected != 0 {
+				t.Errorf("udp link: %+v", st)
+			}
+			if st := et.Stats(); st.RxTooLarge != 0 || st.TxRejected != 0 {
+				t.Errorf("tun link: %+v", st)
+			}
+			t.Logf("tun %+v", et.Stats())
+		})
+	}
+}
+
+// TestHCAOverTAP runs two goroce HCAs on two TAPs enslaved to one Linux
+// bridge in a fresh namespace, with RoCEv1 (Ethernet + GRH, bridged, not
+// routable) and with RoCEv2 over IPv4. goroce answers no ARP, so the
+// next-hop MACs come from a static resolver.
+func TestHCAOverTAP(t *testing.T) {
+	for _, v1 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("RoCEv1=%v", v1), func(t *testing.T) {
+			ns := newNS(t)
+			newBridge(t, ns, "br71")
+			ea, eb := openTAPs(t, ns)
+			res := staticResolver{
+				ea.Addrs()[0]: ea.HardwareAddr(),
+				eb.Addrs()[0]: eb.HardwareAddr(),
+			}
+			ca, cb := &etherCount{Endpoint: ea}, &etherCount{Endpoint: eb}
+			da := openHCA(t, ca, hca.Options{Name: "tapA", RoCEv1: v1, Resolver: res})
+			db := openHCA(t, cb, hca.Options{Name: "tapB", RoCEv1: v1, Resolver: res})
+			runChecks(t, da, db, bth.MTU1024)
+			runChecks(t, db, da, bth.MTU4096)
+			for _, c := range []*etherCount{ca, cb} {
+				want, other := &c.v2, &c.v1
+				if v1 {
+					want, other = other, want
+				}
+				if want.Load() == 0 || other.Load() != 0 || c.rest.Load() != 0 {
+					t.Errorf("frames written: %d RoCEv1, %d IPv4, %d other", c.v1.Load(), c.v2.Load(), c.rest.Load())
+				}
+			}
+		})
+	}
+}
+
+// openTAPs opens two TAPs in ns and enslaves them to the bridge br71
+// (newBridge).
+func openTAPs(t testing.TB, ns *netcfg.NetNS) (a, b *Endpoint) {
+	t.Helper()
+	a = openIn(t, ns, Config{Mode: TAP, Addr: pfx("10.71.3.2/24")})
+	b = openIn(t, ns, Config{Mode: TAP, Addr: pfx("10.71.3.3/24")})
+	enslave(t, ns, "br71", a.Name())
+	enslave(t, ns, "br71", b.Name())
+	return a, b
+}
+
+// raceUDP tells the race detector about the kernel handoff between the
+// UDP link and the TUN, as the TUN's own Read and Write do (race_on.go);
+// embedding keeps udp.Endpoint's SourcePort (link.SourcePorter).
+type raceUDP struct{ *udp.Endpoint }
+
+func (r raceUDP) Write(bufs [][]byte, offset int) (int, error) {
+	raceRelease()
+	return r.Endpoint.Write(bufs, offset)
+}
+
+func (r raceUDP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	n, err := r.Endpoint.Read(bufs, sizes, offset)
+	if n > 0 {
+		raceAcquire()
+	}
+	return n, err
+}
+
+// etherCount counts the frames written through it by ethertype, to show
+// which RoCE version went over the wire.
+type etherCount struct {
+	link.Endpoint
+	v1, v2, rest atomic.Int64
+}
+
+func (c *etherCount) Write(bufs [][]byte, offset int) (int, error) {
+	for _, b := range bufs {
+		switch wire.Ethernet(b[offset:]).EtherType() {
+		case wire.EtherTypeRoCEv1:
+			c.v1.Add(1)
+		case wire.EtherTypeIPv4:
+			c.v2.Add(1)
+		default:
+			c.rest.Add(1)
+		}
+	}
+	return c.Endpoint.Write(bufs, offset)
+}
+
+type staticResolver map[netip.Addr]net.HardwareAddr
+
+func (r staticResolver) Resolve(dst netip.Addr) (net.HardwareAddr, error) {
+	if m, ok := r[dst.Unmap()]; ok {
+		return m, nil
+	}
+	return nil, fmt.Errorf("no MAC for %v", dst)
+}
