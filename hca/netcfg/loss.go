@@ -29,7 +29,8 @@ const LossTable = "goroce"
 // stack, and its receive tap (ETH_P_ALL) sees frames before the ingress
 // hook. Frames from the kernel IP stack (UDP and TUN links) pass it too. A
 // veth's egress is its peer's receive, so call AddLoss in both namespaces
-// to lose frames in both directions.
+// to lose frames in both directions. A frame dropped there makes an
+// AF_PACKET send fail with ENOBUFS (the afpacket link counts it as lost).
 func AddLoss(ns *NetNS, ifname string, percent int) error {
 	if percent <= 0 || percent > 100 {
 		return fmt.Errorf("netcfg: loss on %q: percent %d not in 1..100", ifname, percent)

@@ -75,6 +75,8 @@ type Endpoint struct {
 	rc    syscall.RawConn
 	holds []int // UDP sockets holding port 4791
 	held  int   // len(holds) after Open
+	// sndbuf is the socket's SO_SNDBUF (as the kernel doubled it).
+	sndbuf int
 
 	rx rxState
 	tx txState
@@ -175,6 +177,9 @@ func (e *Endpoint) open() error {
 		return fmt.Errorf("afpacket: %s: PACKET_IGNORE_OUTGOING (Linux 4.20+): %w", name, err)
 	}
 	setBuffers(fd, e.cfg.RecvBuf, e.cfg.SendBuf)
+	if e.sndbuf, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil {
+		return fmt.Errorf("afpacket: %s: SO_SNDBUF: %w", name, err)
+	}
 	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: e.ifindex}
 	if err := unix.Bind(fd, sa); err != nil {
 		if errors.Is(err, unix.ENETDOWN) {
