@@ -106,6 +106,7 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			n++
 		}
 		if n > 0 {
+			raceAcquire()
 			e.st.rxFrames.Add(uint64(n))
 			return n, nil
 		}
@@ -208,6 +209,7 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		break
 	}
 	t.nmsg, t.sent, t.drops = valid, 0, 0
+	raceReleaseMerge()
 	var err error
 	for t.sent < t.nmsg && err == nil {
 		t.errno = 0
