@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/netcfg"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -148,6 +149,13 @@ func Open(cfg Config) (*Endpoint, error) {
 		}
 	}
 	wc.Name = cfg.Name
+	if cfg.Name != "" {
+		// water leaks its fd when TUNSETIFF fails (an existing device of
+		// another kind or in use), so refuse a taken name first.
+		if _, err := netcfg.LinkByName(cfg.Name); err == nil {
+			return nil, fmt.Errorf("tun: interface %q: %w", cfg.Name, netcfg.ErrExists)
+		}
+	}
 	ifc, err := water.New(wc)
 	if err != nil {
 		return nil, fmt.Errorf("tun: creating %s device %q: %w", cfg.Mode, cfg.Name, err)
@@ -183,7 +191,7 @@ func (c *Config) check() error {
 	if c.Mode != TUN && c.Mode != TAP {
 		return fmt.Errorf("%w: unknown mode %d", ErrBadConfig, c.Mode)
 	}
-	if !c.Addr.IsValid() || c.Addr.Addr().IsUnspecified() || c.Addr.Addr().Zone() != "" {
+	if !c.Addr.IsValid() || c.Addr.Addr().IsUnspecified() {
 		return fmt.Errorf("%w: Addr %v must be a specific IPv4 or IPv6 address with a prefix length", ErrBadConfig, c.Addr)
 	}
 	if c.Addr.Addr().Is4In6() {

@@ -1,0 +1,288 @@
+//go:build linux
+
+package tun
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/linktest"
+	"github.com/goroce/goroce/hca/netcfg"
+	"github.com/goroce/goroce/wire"
+)
+
+// hairpin is one namespace with one TUN whose subnet also holds a second,
+// absent host (.3): with forwarding on, what the endpoint writes to .3 the
+// kernel routes straight back into the same device, so one endpoint reads
+// its own frames after a real trip through the kernel (TTL minus one).
+type hairpin struct {
+	ns   *netcfg.NetNS
+	e    *Endpoint
+	peer *Endpoint // an endpoint-shaped stand-in for the absent .3 host (addresses only)
+}
+
+func newHairpin(t testing.TB, mod func(*Config)) *hairpin {
+	t.Helper()
+	ns := newNS(t)
+	sysctl(t, ns, "net/ipv4/ip_forward", "1")
+	for _, k := range []string{"all", "default"} {
+		sysctl(t, ns, "net/ipv4/conf/"+k+"/send_redirects", "0")
+		sysctl(t, ns, "net/ipv4/conf/"+k+"/rp_filter", "0")
+	}
+	cfg := Config{Addr: pfx("10.71.1.2/24"), KernelAddr: pfx("10.71.1.1/24")}
+	if mod != nil {
+		mod(&cfg)
+	}
+	h := &hairpin{ns: ns, e: openIn(t, ns, cfg)}
+	// Frames are built by linktest.Frame from two endpoints' addresses;
+	// the peer is a closed endpoint value that only answers Addrs/Format.
+	h.peer = &Endpoint{format: link.FormatIP, addrs: []netip.Addr{netip.MustParseAddr("10.71.1.3")}}
+	return h
+}
+
+func (h *hairpin) frame(t testing.TB, psn bth.PSN, payload int) []byte {
+	t.Helper()
+	f, err := linktest.Frame(h.e, h.peer, psn, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// readOne reads one frame with a deadline (the endpoint is closed if none
+// comes).
+func readOne(t testing.TB, e *Endpoint, buf []byte) []byte {
+	t.Helper()
+	w := time.AfterFunc(linktest.Timeout, func() { e.Close() })
+	defer w.Stop()
+	sizes := []int{0}
+	n, err := e.Read([][]byte{buf}, sizes, 0)
+	if err != nil || n != 1 {
+		t.Fatalf("Read = %d, %v", n, err)
+	}
+	return buf[:sizes[0]]
+}
+
+func TestHairpin(t *testing.T) {
+	h := newHairpin(t, nil)
+	f := h.frame(t, 9, 100)
+	if n, err := h.e.Write([][]byte{f}, 0); n != 1 || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	got := readOne(t, h.e, make([]byte, 2048))
+	if !linktest.Equivalent(got, f, link.FormatIP) || got[8] != f[8]-1 {
+		t.Fatalf("got %x\nwant %x (TTL one less)", got, f)
+	}
+	var p wire.Packet
+	if err := p.Decode(got, wire.FramingIP); err != nil {
+		t.Fatalf("forwarded frame: %v", err)
+	}
+}
+
+func TestWriteRejects(t *testing.T) {
+	h := newHairpin(t, func(c *Config) { c.BatchSize = 4 })
+	good := h.frame(t, 1, 16)
+	big := append(slices.Clone(good), make([]byte, DefaultMTU)...)
+	notIP := slices.Clone(good)
+	notIP[0] = 0x55
+	tests := []struct {
+		name  string
+		bufs  [][]byte
+		off   int
+		wantN int
+		want  error
+	}{
+		{"not ip", [][]byte{notIP}, 0, 0, ErrBadFrame},
+		{"short", [][]byte{good[:19]}, 0, 0, ErrBadFrame},
+		{"empty", [][]byte{{}}, 0, 0, ErrBadFrame},
+		{"offset past end", [][]byte{good}, len(good) + 1, 0, ErrBadFrame},
+		{"negative offset", [][]byte{good}, -1, 0, ErrBadFrame},
+		{"over mtu after good", [][]byte{good, big}, 0, 1, link.ErrFrameTooLarge},
+		{"batch too big", [][]byte{good, good, good, good, good}, 0, 0, nil},
+	}
+	for _, tc := range tests {
+		n, err := h.e.Write(tc.bufs, tc.off)
+		if n != tc.wantN || err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: Write = %d, %v; want %d, %v", tc.name, n, err, tc.wantN, tc.want)
+		}
+	}
+	if st := h.e.Stats(); st.TxRejected != 6 || st.TxFrames != 1 {
+		t.Errorf("stats %+v; want 6 rejected, 1 sent", st)
+	}
+	// The one good frame made the round trip.
+	if got := readOne(t, h.e, make([]byte, 2048)); !linktest.Equivalent(got, good, link.FormatIP) {
+		t.Fatalf("got %x", got)
+	}
+}
+
+func TestTAPWriteRejects(t *testing.T) {
+	ns := newNS(t)
+	e := openIn(t, ns, Config{Mode: TAP, Addr: pfx("10.71.3.2/24")})
+	ok := make([]byte, wire.EthernetLen+DefaultMTU)
+	ok[12], ok[13] = 0x08, 0x00
+	tagged := make([]byte, wire.EthernetLen+wire.VLANLen+DefaultMTU)
+	tagged[12], tagged[13], tagged[16], tagged[17] = 0x81, 0x00, 0x08, 0x00
+	for _, tc := range []struct {
+		name string
+		f    []byte
+		want error
+	}{
+		{"short", ok[:13], ErrBadFrame},
+		{"tag cut", tagged[:17], ErrBadFrame},
+		{"over mtu", append(slices.Clone(ok), 0), link.ErrFrameTooLarge},
+		{"tagged over mtu", append(slices.Clone(tagged), 0), link.ErrFrameTooLarge},
+		{"mtu", ok, nil},
+		{"tagged mtu", tagged, nil},
+	} {
+		n, err := e.Write([][]byte{tc.f}, 0)
+		if tc.want == nil {
+			if n != 1 || err != nil {
+				t.Errorf("%s: Write = %d, %v", tc.name, n, err)
+			}
+		} else if n != 0 || !errors.Is(err, tc.want) {
+			t.Errorf("%s: Write = %d, %v; want %v", tc.name, n, err, tc.want)
+		}
+	}
+}
+
+// TestReadFilterAndCounters has a kernel UDP socket send into the TUN: a
+// datagram to another port is not RoCE (dropped, RxNotRoCE), one to 4791
+// longer than the reader's buffer is dropped whole (RxTooLarge), and the
+// next one is delivered.
+func TestReadFilterAndCounters(t *testing.T) {
+	ns := newNS(t)
+	e := openIn(t, ns, Config{Addr: pfx("10.71.1.2/24"), KernelAddr: pfx("10.71.1.1/24")})
+	send := func(port uint16, n int) {
+		t.Helper()
+		err := ns.Do(func() error {
+			c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(e.Addrs()[0], port)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write(bytes.Repeat([]byte{byte(n)}, n))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(9, 10)
+	send(wire.RoCEv2Port, 500)
+	send(wire.RoCEv2Port, 20)
+	got := readOne(t, e, make([]byte, 200))
+	if len(got) != 20+wire.IPv4Len+wire.UDPLen || got[len(got)-1] != 20 {
+		t.Fatalf("read %d bytes %x; want the 20-byte datagram", len(got), got)
+	}
+	if st := e.Stats(); st.RxNotRoCE < 1 || st.RxTooLarge != 1 || st.RxFrames != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestDevice checks what Open leaves in the kernel and that Close removes
+// the device.
+func TestDevice(t *testing.T) {
+	ns := newNS(t)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"tun", Config{Name: "grtun0", Addr: pfx("10.71.1.2/24"), KernelAddr: pfx("10.71.1.1/24"), MTU: 1500,
+			Routes: []netip.Prefix{pfx("10.72.0.0/16")}}},
+		{"tun6", Config{Name: "grtun1", Addr: pfx("fd71:1::2/64"), KernelAddr: pfx("fd71:1::1/64")}},
+		{"tap", Config{Name: "grtap0", Mode: TAP, Addr: pfx("10.71.3.2/24"), MTU: 9000}},
+		{"raw", Config{Name: "grtun2", Addr: pfx("10.71.4.2/24"), KernelAddr: pfx("10.71.4.1/24"), NoConfigure: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := openIn(t, ns, tc.cfg)
+			if e.Name() != tc.cfg.Name {
+				t.Errorf("Name %q", e.Name())
+			}
+			var l netcfg.Link
+			var addrs []netip.Addr
+			if err := ns.Do(func() (err error) {
+				if l, err = netcfg.LinkByName(e.Name()); err != nil {
+					return err
+				}
+				addrs, err = netcfg.Addrs(e.Name())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.cfg.NoConfigure {
+				if l.Up || len(addrs) != 0 {
+					t.Errorf("NoConfigure: link %+v, addresses %v", l, addrs)
+				}
+			} else {
+				if !l.Up || l.MTU != e.MTU() {
+					t.Errorf("link %+v; want up, MTU %d", l, e.MTU())
+				}
+				if tc.cfg.KernelAddr.IsValid() && !slices.Contains(addrs, tc.cfg.KernelAddr.Addr()) {
+					t.Errorf("addresses %v lack the kernel's %v", addrs, tc.cfg.KernelAddr)
+				}
+				if slices.Contains(addrs, e.Addrs()[0]) {
+					t.Errorf("the goroce host's address %v is on the kernel side: %v", e.Addrs()[0], addrs)
+				}
+			}
+			if tc.cfg.Mode == TAP {
+				if e.Format() != link.FormatEthernet || len(e.HardwareAddr()) != 6 || bytes.Equal(e.HardwareAddr(), l.HardwareAddr) {
+					t.Errorf("TAP format %v, host MAC %v, device MAC %v", e.Format(), e.HardwareAddr(), l.HardwareAddr)
+				}
+			} else if e.Format() != link.FormatIP || e.HardwareAddr() != nil {
+				t.Errorf("TUN format %v, MAC %v", e.Format(), e.HardwareAddr())
+			}
+			// A second device of the same name fails cleanly.
+			var dup *Endpoint
+			if err := ns.Do(func() (err error) { dup, err = Open(tc.cfg); return err }); err == nil {
+				dup.Close()
+				t.Error("second Open of the same name succeeded")
+			} else {
+				if !errors.Is(err, netcfg.ErrExists) {
+					t.Errorf("second Open: %v; want netcfg.ErrExists", err)
+				}
+			}
+			e.Close()
+			err := ns.Do(func() error { _, err := netcfg.LinkByName(tc.cfg.Name); return err })
+			if !errors.Is(err, netcfg.ErrNoInterface) {
+				t.Errorf("after Close: %v; want the device gone", err)
+			}
+		})
+	}
+}
+
+// TestZeroAllocs: a Write and a Read of a batch through the kernel allocate
+// nothing.
+func TestZeroAllocs(t *testing.T) {
+	h := newHairpin(t, nil)
+	frames := make([][]byte, 8)
+	for i := range frames {
+		frames[i] = h.frame(t, bth.PSN(i), 256)
+	}
+	bufs := make([][]byte, 8)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	sizes := make([]int, len(bufs))
+	allocs := testing.AllocsPerRun(200, func() {
+		if n, err := h.e.Write(frames, 0); n != len(frames) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+		for got := 0; got < len(frames); {
+			n, err := h.e.Read(bufs, sizes, 0)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			got += n
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per Write+Read of %d frames", allocs, len(frames))
+	}
+}
