@@ -114,13 +114,14 @@ const linkUsage = `Link configuration (flags win over --config):
   --addr IP                     local address; default: --dev's first address,
                                 else the source address towards HOST, else 127.0.0.1
   --encap roce2|roce1           encapsulation (roce1 needs an Ethernet link)
-  --mtu BYTES                   cap the link MTU
+  --link-mtu BYTES              cap the link MTU (--mtu is the tools' path MTU)
   --pcap FILE                   capture every frame of the link to FILE
   --config FILE                 key=value lines: link, dev, addr, encap, mtu, pcap
                                 ('#' starts a comment)`
 
-// addLinkFlags registers --link, --dev, --addr, --encap, --mtu, --pcap and
-// --config on fs.
+// addLinkFlags registers --link, --dev, --addr, --encap, --link-mtu, --pcap
+// and --config on fs. The link MTU flag is not --mtu because the tools that
+// goroce mirrors (ibv_*_pingpong, perftest) use --mtu for the path MTU.
 func addLinkFlags(fs *flag.FlagSet) *linkFlags {
 	lf := &linkFlags{fs: fs}
 	fs.StringVar(&lf.config, "config", "", "read the link configuration from `FILE` (key=value lines)")
@@ -128,7 +129,7 @@ func addLinkFlags(fs *flag.FlagSet) *linkFlags {
 	fs.StringVar(&lf.dev, "dev", "", "network interface `IFNAME`")
 	fs.StringVar(&lf.addr, "addr", "", "local `IP` address goroce uses")
 	fs.StringVar(&lf.encap, "encap", encapRoCE2, "encapsulation: roce2 or roce1")
-	fs.IntVar(&lf.mtu, "mtu", 0, "cap the link MTU to `BYTES` (0: the interface's)")
+	fs.IntVar(&lf.mtu, "link-mtu", 0, "cap the link MTU to `BYTES` (0: the interface's; config key mtu)")
 	fs.StringVar(&lf.pcap, "pcap", "", "capture the link's frames to `FILE`")
 	return lf
 }
@@ -151,13 +152,19 @@ func (lf *linkFlags) settings() (linkSettings, error) {
 		}
 		return flagVal
 	}
+	pickAs := func(key, flagName, flagVal string) string {
+		if v, ok := kv[key]; ok && !set[flagName] {
+			return v
+		}
+		return flagVal
+	}
 	mtu := strconv.Itoa(lf.mtu)
 	return parseLinkSettings(map[string]string{
 		"link":  pick("link", lf.link),
 		"dev":   pick("dev", lf.dev),
 		"addr":  pick("addr", lf.addr),
 		"encap": pick("encap", lf.encap),
-		"mtu":   pick("mtu", mtu),
+		"mtu":   pickAs("mtu", "link-mtu", mtu),
 		"pcap":  pick("pcap", lf.pcap),
 	})
 }
