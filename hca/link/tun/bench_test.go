@@ -48,9 +48,6 @@ func benchOneWay(b *testing.B, r *routed, payload int) {
 	got := make(chan int, 1)
 	var recvd atomic.Int64
 	credits := make(chan int, 1<<20)
-	b.SetBytes(int64(len(frames[0])))
-	b.ReportAllocs()
-	b.ResetTimer()
 	go func() {
 		n := 0
 		reads := 0
@@ -67,6 +64,9 @@ func benchOneWay(b *testing.B, r *routed, payload int) {
 		}
 		got <- n
 	}()
+	b.SetBytes(int64(len(frames[0])))
+	b.ReportAllocs()
+	b.ResetTimer()
 	acked := 0
 	for sent := 0; sent < b.N; {
 		// Keep at most window frames in flight: the kernel queues 500

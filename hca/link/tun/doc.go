@@ -46,7 +46,7 @@
 // the Go runtime registers with its netpoller: Read and Write go through
 // syscall.RawConn, so a blocked Read waits in the netpoller, not in a
 // thread, and Close from another goroutine unblocks it with
-// link.ErrClosed (tested). A TUN fd moves one packet per read(2) or
+// link.ErrClosed (linktest CloseUnblocksRead). A TUN fd moves one packet per read(2) or
 // write(2): a Read batch is as many packets as are queued when the first
 // one is ready (one netpoller wait per batch, one syscall per packet), a
 // Write batch is one write(2) per frame in one callback. Each frame is read
@@ -64,6 +64,12 @@
 // between queues and a single reader cannot restore the order
 // (linktest ConcurrentBothWays failed). Queues pay off only with one reader
 // per queue, which the hca runtime does not have.
+//
+// In race builds Write and Read also release and acquire one atomic word
+// (race_on.go): the race detector cannot see the kernel carrying bytes
+// from one device's write(2) to another's read(2), which is how two HCAs
+// in one test process synchronise (an RDMA WRITE's data is checked after
+// its ACK came back). Normal builds compile this out.
 //
 // Read drops and counts frames that are not RoCE (not UDP to port 4791,
 // not ethertype 0x8915): the kernel sends router solicitations, MLD and
