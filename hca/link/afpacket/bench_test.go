@@ -1,0 +1,77 @@
+package afpacket
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca/link/linktest"
+	"github.com/goroce/goroce/hca/netcfg"
+)
+
+func batch(t testing.TB, a, b *Endpoint, n, payload int) [][]byte {
+	t.Helper()
+	frames := make([][]byte, n)
+	for i := range frames {
+		f, err := linktest.Frame(a, b, bth.PSN(i), payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames[i] = f
+	}
+	return frames
+}
+
+// roundTrip writes frames on a and reads as many on b.
+func roundTrip(t testing.TB, a, b *Endpoint, frames, bufs [][]byte, sizes []int) {
+	if n, err := a.Write(frames, 0); n != len(frames) || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	for got := 0; got < len(frames); {
+		n, err := b.Read(bufs[got:], sizes[got:], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	a, b, _ := openPair(t, netcfg.TwoHostsOptions{})
+	frames := batch(t, a, b, a.BatchSize(), 256)
+	bufs := make([][]byte, len(frames))
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	sizes := make([]int, len(bufs))
+	roundTrip(t, a, b, frames, bufs, sizes) // warm up
+	if n := testing.AllocsPerRun(50, func() { roundTrip(t, a, b, frames, bufs, sizes) }); n != 0 {
+		t.Fatalf("%v allocations per batch of %d frames", n, len(frames))
+	}
+}
+
+// BenchmarkWriteRead moves batches of 64 frames across a veth pair
+// (sendmmsg on one end, recvmmsg on the other, one goroutine).
+func BenchmarkWriteRead(b *testing.B) {
+	for _, payload := range []int{64, 1024, 4096} {
+		b.Run(fmt.Sprintf("payload=%d", payload), func(b *testing.B) {
+			mtu := 1500
+			if payload > 1400 {
+				mtu = 9000
+			}
+			ea, eb, _ := openPair(b, netcfg.TwoHostsOptions{MTU: mtu})
+			frames := batch(b, ea, eb, ea.BatchSize(), payload)
+			bufs := make([][]byte, len(frames))
+			for i := range bufs {
+				bufs[i] = make([]byte, 9100)
+			}
+			sizes := make([]int, len(bufs))
+			b.SetBytes(int64(len(frames) * len(frames[0])))
+			b.ReportAllocs()
+			for b.Loop() {
+				roundTrip(b, ea, eb, frames, bufs, sizes)
+			}
+			b.ReportMetric(float64(b.N*len(frames))/b.Elapsed().Seconds(), "frames/s")
+		})
+	}
+}
