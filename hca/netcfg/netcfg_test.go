@@ -84,6 +84,17 @@ func TestNetNSDo(t *testing.T) {
 		}()
 		ns.Do(func() error { panic("boom") })
 	}()
+	// Do nests, on the same namespace and from inside it.
+	if err := ns.Do(func() error {
+		return ns.Do(func() error {
+			if got := nsInode(t); got != inside {
+				return fmt.Errorf("nested Do in namespace %d, want %d", got, inside)
+			}
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.HasPrefix(ns.Path(), "/proc/") {
 		t.Fatalf("Path of an anonymous namespace = %q", ns.Path())
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // NetNS is a network namespace held open by a file descriptor. Named
@@ -113,14 +114,21 @@ func (n *NetNS) Do(f func() error) error {
 	if n == nil {
 		return f()
 	}
+	// Enter through a duplicate of the descriptor, so no lock is held
+	// while f runs (f may call Do again, on this namespace or another)
+	// and Close cannot pull the descriptor out from under the setns.
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return ErrNetNSClosed
 	}
-	// Hold the lock across the switch: Close must not close the fd while
-	// a thread is entering through it.
-	defer n.mu.Unlock()
+	fd, derr := unix.FcntlInt(uintptr(n.h), unix.F_DUPFD_CLOEXEC, 0)
+	n.mu.Unlock()
+	if derr != nil {
+		return fmt.Errorf("netcfg: entering %s: %w", n, derr)
+	}
+	h := netns.NsHandle(fd)
+	defer h.Close()
 
 	var (
 		err      error
@@ -136,7 +144,7 @@ func (n *NetNS) Do(f func() error) error {
 			return // thread stays locked and is discarded
 		}
 		defer orig.Close()
-		if serr := netns.Set(n.h); serr != nil {
+		if serr := netns.Set(h); serr != nil {
 			err = fmt.Errorf("netcfg: entering %s: %w", n, permErr(serr))
 			runtime.UnlockOSThread() // setns failed: still in the original namespace
 			return
