@@ -23,6 +23,13 @@ type BWResult struct {
 	// BytesPerSec is the payload rate; MsgPerSec the message rate.
 	BytesPerSec float64
 	MsgPerSec   float64
+	// PeakBytesPerSec is the best rate over a tenth of the run (0: not
+	// measured, PrintBW shows the average).
+	PeakBytesPerSec float64
+	// QPs is the number of QPs that shared the traffic (0 means 1);
+	// Messages the total completed over all of them (Iters is per QP).
+	QPs      int
+	Messages int
 }
 
 // LatResult is one latency measurement (one-way, half the round trip, as
@@ -329,7 +336,11 @@ func PrintBW(w io.Writer, rs ...BWResult) {
 	fmt.Fprintln(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
 	for _, r := range rs {
 		mb := r.BytesPerSec / 1e6
-		fmt.Fprintf(w, " %-10d %-10d       %-10.2f         %-10.2f           %.6f\n", r.Size, r.Iters, mb, mb, r.MsgPerSec/1e6)
+		peak := r.PeakBytesPerSec / 1e6
+		if peak == 0 {
+			peak = mb
+		}
+		fmt.Fprintf(w, " %-10d %-10d       %-10.2f         %-10.2f           %.6f\n", r.Size, r.Iters, peak, mb, r.MsgPerSec/1e6)
 	}
 	fmt.Fprintln(w, "---------------------------------------------------------------------------------------")
 }

@@ -1,0 +1,132 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/wire"
+)
+
+// Ceiling is the raw path measurement of --ceiling: full-path-MTU RoCE
+// packets blasted from one link endpoint to another with no HCA behind
+// them, through the same link (so the same sockets, batching, GSO and
+// receive path as the benchmark), counted where they arrive.
+type Ceiling struct {
+	// PacketBytes is the size of each frame (for the udp link the IP
+	// packet); Payload the RoCE payload it carries (the path MTU).
+	PacketBytes, Payload int
+	Sent, Delivered      int
+	Duration             time.Duration
+	// PayloadBytesPerSec is Delivered*Payload per second: the rate at which
+	// RDMA payload could move if the HCA cost nothing.
+	PayloadBytesPerSec float64
+	PacketsPerSec      float64
+}
+
+// MeasureCeiling blasts RC RDMA WRITE MIDDLE packets of mtu payload bytes
+// (consecutive PSNs to one QPN, the run the udp link turns into GSO
+// super-datagrams) from src to dst for dur, in batches of src.BatchSize(),
+// while a goroutine reads at dst. It closes both endpoints.
+func MeasureCeiling(ctx context.Context, src, dst link.Endpoint, mtu bth.MTU, dur time.Duration) (*Ceiling, error) {
+	defer src.Close()
+	defer dst.Close()
+	if !mtu.Valid() {
+		return nil, fmt.Errorf("%w: MTU enum %d", ErrParams, uint8(mtu))
+	}
+	frames, err := ceilingFrames(src, dst, mtu.Bytes(), src.BatchSize())
+	if err != nil {
+		return nil, err
+	}
+	c := &Ceiling{PacketBytes: len(frames[0]), Payload: mtu.Bytes()}
+	var got atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		n := dst.BatchSize()
+		bufs := make([][]byte, n)
+		for i := range bufs {
+			bufs[i] = make([]byte, dst.MTU()+64)
+		}
+		sizes := make([]int, n)
+		for {
+			k, err := dst.Read(bufs, sizes, 0)
+			got.Add(int64(k))
+			if err != nil {
+				return
+			}
+		}
+	})
+	start := time.Now()
+	var werr error
+	for time.Since(start) < dur && ctx.Err() == nil {
+		n, err := src.Write(frames, 0)
+		c.Sent += n
+		if err != nil {
+			werr = err
+			break
+		}
+	}
+	c.Duration = time.Since(start)
+	time.Sleep(50 * time.Millisecond) // let the reader drain the socket
+	c.Delivered = int(got.Load())
+	dst.Close()
+	wg.Wait()
+	if werr != nil && !errors.Is(werr, link.ErrClosed) {
+		return c, fmt.Errorf("bench: ceiling blast: %w", werr)
+	}
+	if c.Duration > 0 {
+		c.PacketsPerSec = float64(c.Delivered) / c.Duration.Seconds()
+		c.PayloadBytesPerSec = c.PacketsPerSec * float64(c.Payload)
+	}
+	return c, nil
+}
+
+// ceilingFrames builds n RDMA WRITE MIDDLE frames with consecutive PSNs,
+// every lower header and the ICRC filled in by wire.Finish, addressed as
+// the HCA would address them on src (IPv4 ID 0 and DF, src's UDP source
+// port), so the link accepts and sends them unchanged.
+func ceilingFrames(src, dst link.Endpoint, payload, n int) ([][]byte, error) {
+	sa, da := firstAddr(src), firstAddr(dst)
+	if !sa.IsValid() || !da.IsValid() || sa.Is4() != da.Is4() {
+		return nil, fmt.Errorf("bench: ceiling needs two IP endpoints of one family, have %v and %v", src.Addrs(), dst.Addrs())
+	}
+	if src.Format() != link.FormatIP {
+		return nil, fmt.Errorf("bench: ceiling needs an IP link, have %v", src.Format())
+	}
+	a := &wire.Addr{Kind: wire.KindRoCEv2IPv6, SrcIP: sa, DstIP: da, HopLimit: 64, DontFragment: true, SrcPort: 0xC000}
+	if sa.Is4() {
+		a.Kind = wire.KindRoCEv2IPv4
+	}
+	if sp, ok := src.(link.SourcePorter); ok {
+		a.SrcPort = sp.SourcePort()
+	}
+	hr := a.Headroom(wire.FramingIP)
+	frames := make([][]byte, n)
+	for i := range frames {
+		m := bth.HeaderLen + payload
+		buf := make([]byte, hr+m+wire.Tailroom)
+		bth.Header(buf[hr:]).Encode(&bth.Fields{Opcode: bth.OpRCRDMAWriteMiddle, PKey: 0xFFFF, DestQP: 0x11, PSN: bth.PSN(i)})
+		for j := range payload {
+			buf[hr+bth.HeaderLen+j] = byte(i + j)
+		}
+		f, err := wire.Finish(buf, hr, m, wire.FramingIP, a)
+		if err != nil {
+			return nil, err
+		}
+		frames[i] = f
+	}
+	return frames, nil
+}
+
+func firstAddr(e link.Endpoint) (a netip.Addr) {
+	if as := e.Addrs(); len(as) > 0 {
+		a = as[0]
+	}
+	return a
+}

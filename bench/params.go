@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/bench/exchange"
+	"github.com/goroce/goroce/bth"
+)
+
+// Mode is one of the seven perftest tests goroce bench runs.
+type Mode uint8
+
+// Modes, named after the perftest binaries without the ib_ prefix.
+const (
+	ModeSendBW Mode = iota + 1
+	ModeWriteBW
+	ModeReadBW
+	ModeAtomicBW
+	ModeSendLat
+	ModeWriteLat
+	ModeReadLat
+)
+
+var modeNames = [...]string{ModeSendBW: "send_bw", ModeWriteBW: "write_bw", ModeReadBW: "read_bw", ModeAtomicBW: "atomic_bw",
+	ModeSendLat: "send_lat", ModeWriteLat: "write_lat", ModeReadLat: "read_lat"}
+
+// Modes lists every mode in perftest's order.
+var Modes = []Mode{ModeSendBW, ModeWriteBW, ModeReadBW, ModeAtomicBW, ModeSendLat, ModeWriteLat, ModeReadLat}
+
+func (m Mode) String() string {
+	if m.Valid() {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Valid reports whether m is one of the seven modes.
+func (m Mode) Valid() bool { return m >= ModeSendBW && m <= ModeReadLat }
+
+// ParseMode parses "write_bw" and friends (an "ib_" prefix is accepted).
+func ParseMode(s string) (Mode, error) {
+	s = strings.TrimPrefix(s, "ib_")
+	for _, m := range Modes {
+		if modeNames[m] == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown mode %q (want one of %s)", ErrParams, s, strings.Join(modeNames[1:], " "))
+}
+
+// Tool is the perftest tool whose TCP exchange the mode uses.
+func (m Mode) Tool() exchange.Tool {
+	return [...]exchange.Tool{ModeSendBW: exchange.SendBW, ModeWriteBW: exchange.WriteBW, ModeReadBW: exchange.ReadBW,
+		ModeAtomicBW: exchange.AtomicBW, ModeSendLat: exchange.SendLat, ModeWriteLat: exchange.WriteLat, ModeReadLat: exchange.ReadLat}[m]
+}
+
+// IsBW reports a bandwidth test (the others measure latency).
+func (m Mode) IsBW() bool { return m <= ModeAtomicBW }
+
+// verb is the operation, as perftest's testsStr prints it.
+func (m Mode) verb() string {
+	switch m {
+	case ModeSendBW, ModeSendLat:
+		return "Send"
+	case ModeWriteBW, ModeWriteLat:
+		return "RDMA_Write"
+	case ModeReadBW, ModeReadLat:
+		return "RDMA_Read"
+	}
+	return "Atomic"
+}
+
+func (m Mode) isSend() bool { return m == ModeSendBW || m == ModeSendLat }
+func (m Mode) isRead() bool { return m == ModeReadBW || m == ModeReadLat }
+func (m Mode) usesRd() bool { return m == ModeReadBW || m == ModeReadLat || m == ModeAtomicBW }
+func (m Mode) atomic() bool { return m == ModeAtomicBW }
+func (m Mode) oneSided() bool {
+	return m == ModeWriteBW || m == ModeReadBW || m == ModeAtomicBW || m == ModeReadLat
+}
+
+// AtomicOp selects ib_atomic_bw's operation (-A).
+type AtomicOp uint8
+
+// Atomic operations; perftest's default is FETCH_AND_ADD.
+const (
+	FetchAndAdd AtomicOp = iota
+	CmpAndSwap
+)
+
+func (a AtomicOp) String() string {
+	if a == CmpAndSwap {
+		return "CMP_AND_SWAP"
+	}
+	return "FETCH_AND_ADD"
+}
+
+// ParseAtomicOp parses -A's argument.
+func ParseAtomicOp(s string) (AtomicOp, error) {
+	switch s {
+	case "FETCH_AND_ADD":
+		return FetchAndAdd, nil
+	case "CMP_AND_SWAP":
+		return CmpAndSwap, nil
+	}
+	return 0, fmt.Errorf("%w: -A %q: want FETCH_AND_ADD or CMP_AND_SWAP", ErrParams, s)
+}
+
+// ErrParams is wrapped by every parameter validation error.
+var ErrParams = errors.New("bench: invalid parameters")
+
+// Perftest's defaults (perftest_parameters.h).
+const (
+	DefaultPort      = exchange.DefaultPort
+	DefaultTxDepth   = 128 // DEF_TX_BW
+	DefaultRxDepth   = 512 // DEF_RX_SEND
+	DefaultCQMod     = 100 // DEF_CQ_MOD
+	DefaultTimeout   = 14  // DEF_QP_TIME: 4.096 us * 2^14 = 67 ms
+	DefaultMaxSize   = 1 << 23
+	defaultCycleBuf  = 4096
+	defaultCacheLine = 64
+	minRNRTimer      = 12 // MIN_RNR_TIMER: 0.64 ms
+	retryCount       = 7  // perftest's retry_cnt and rnr_retry: 7 is "infinite" for RNR
+	hopLimit         = 0xFF
+)
+
+// Params are the test parameters, perftest's flags.
+type Params struct {
+	Mode Mode
+	// Size is the message size (-s). 0 means perftest's default: 65536
+	// for bandwidth tests, 2 for latency tests, 8 for atomics (always 8).
+	Size int
+	// Iters is the number of messages per QP (-n); 0 means the default
+	// (5000 for write/read/atomic bw, 1000 otherwise).
+	Iters int
+	// All runs every power of two from 2 to MaxSize (-a).
+	All bool
+	// MaxSize caps -a (default 2^23, perftest's fixed limit).
+	MaxSize int
+	// QPs is the number of QPs (-q, default 1).
+	QPs int
+	// Duration, when set, runs each size for that long instead of Iters
+	// messages (-D).
+	Duration time.Duration
+	// MTU is the path MTU (-m); 0 uses the port's active MTU.
+	MTU bth.MTU
+	// GIDIndex is the source GID index (-x); negative picks the first
+	// IPv4 GID (RoCEv2), as perftest prefers.
+	GIDIndex int
+	// TxDepth (-t, default 128 for bandwidth, 1 for latency) and RxDepth
+	// (-r, default 512) are the send and receive queue depths.
+	TxDepth, RxDepth int
+	// CQMod is the completion moderation of bandwidth tests: one signaled
+	// WR in CQMod (-Q, default 100, capped at TxDepth).
+	CQMod int
+	// Atomic is ib_atomic_bw's operation (-A).
+	Atomic AtomicOp
+	// Timeout is the local ACK timeout code (-u, default 14).
+	Timeout uint8
+	// ReportGbits prints Gb/sec instead of MB/sec (--report_gbits).
+	ReportGbits bool
+}
+
+// Normalize fills defaults and validates p.
+func (p *Params) Normalize() error {
+	if !p.Mode.Valid() {
+		return fmt.Errorf("%w: no mode", ErrParams)
+	}
+	if p.Size == 0 {
+		p.Size = 65536
+		if !p.Mode.IsBW() {
+			p.Size = 2
+		}
+	}
+	if p.Mode.atomic() {
+		if p.Size != 8 && p.Size != 65536 {
+			return fmt.Errorf("%w: atomic messages are 8 bytes (-s %d)", ErrParams, p.Size)
+		}
+		p.Size = 8
+		if p.All {
+			return fmt.Errorf("%w: -a does not apply to atomic_bw (8-byte messages)", ErrParams)
+		}
+	}
+	if p.Size < 1 || p.Size > 1<<30 {
+		return fmt.Errorf("%w: -s %d out of range", ErrParams, p.Size)
+	}
+	if p.Iters == 0 {
+		p.Iters = 1000
+		if p.Mode == ModeWriteBW || p.Mode == ModeReadBW || p.Mode == ModeAtomicBW {
+			p.Iters = 5000
+		}
+	}
+	if p.Iters < 1 {
+		return fmt.Errorf("%w: -n %d", ErrParams, p.Iters)
+	}
+	if p.MaxSize == 0 {
+		p.MaxSize = DefaultMaxSize
+	}
+	if p.MaxSize < 2 || p.MaxSize > DefaultMaxSize {
+		return fmt.Errorf("%w: maximum size %d out of [2, %d]", ErrParams, p.MaxSize, DefaultMaxSize)
+	}
+	if p.QPs == 0 {
+		p.QPs = 1
+	}
+	if p.QPs < 1 || p.QPs > 1024 {
+		return fmt.Errorf("%w: -q %d out of [1, 1024]", ErrParams, p.QPs)
+	}
+	if p.Duration < 0 {
+		return fmt.Errorf("%w: negative duration", ErrParams)
+	}
+	if p.Duration > 0 && p.All {
+		return fmt.Errorf("%w: -D and -a cannot be combined", ErrParams)
+	}
+	if p.MTU != 0 && !p.MTU.Valid() {
+		return fmt.Errorf("%w: MTU enum %d", ErrParams, uint8(p.MTU))
+	}
+	if p.TxDepth == 0 {
+		p.TxDepth = DefaultTxDepth
+		if !p.Mode.IsBW() {
+			p.TxDepth = 1
+		}
+	}
+	if p.RxDepth == 0 {
+		p.RxDepth = DefaultRxDepth
+	}
+	if p.TxDepth < 1 || p.TxDepth > 1<<14 || p.RxDepth < 1 || p.RxDepth > 1<<14 {
+		return fmt.Errorf("%w: queue depths -t %d -r %d out of [1, 16384]", ErrParams, p.TxDepth, p.RxDepth)
+	}
+	if p.CQMod == 0 {
+		p.CQMod = DefaultCQMod
+	}
+	if p.CQMod < 1 {
+		return fmt.Errorf("%w: CQ moderation %d", ErrParams, p.CQMod)
+	}
+	// perftest: "CQ moderation can't be grater than number of scqe's".
+	p.CQMod = min(p.CQMod, p.TxDepth)
+	if !p.Mode.IsBW() {
+		p.CQMod = 1
+	}
+	if p.Timeout == 0 {
+		p.Timeout = DefaultTimeout
+	}
+	if p.Timeout > 31 {
+		return fmt.Errorf("%w: timeout code %d out of [0, 31]", ErrParams, p.Timeout)
+	}
+	return nil
+}
+
+// Sizes returns the message sizes the run covers: 2, 4, ... MaxSize with
+// All, else Size.
+func (p *Params) Sizes() []int {
+	if !p.All {
+		return []int{p.Size}
+	}
+	var s []int
+	for n := 2; n <= p.MaxSize; n <<= 1 {
+		s = append(s, n)
+	}
+	return s
+}
+
+func (p *Params) maxSize() int {
+	if p.All {
+		return p.MaxSize
+	}
+	return p.Size
+}

@@ -1,0 +1,312 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/goroce/goroce/bench/exchange"
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
+)
+
+// Report is everything one side learned in a run: the agreed parameters,
+// both sides' keys and a result per message size.
+type Report struct {
+	Params   Params
+	Client   bool
+	Device   string
+	LinkType string
+	MTU      bth.MTU
+	GIDIndex int
+	// RemoteVersion is the peer's perftest version string.
+	RemoteVersion string
+	Local, Remote []exchange.PerftestDest
+	// Results holds one entry per size. On the passive server of
+	// write/read/atomic bw they come from the client's report
+	// (xchg_bw_reports), as perftest's server prints them.
+	Results []Result
+	// CeilingRatio is goroce's bandwidth over the raw path ceiling of the
+	// same run (--ceiling), 0 when not measured.
+	CeilingRatio float64
+	Ceiling      *Ceiling
+}
+
+// Hooks let a caller print as the run progresses, as perftest does: the
+// header once the QPs are connected, each size's line when it is done.
+type Hooks struct {
+	Connected func(*Report)
+	Result    func(*Report, Result)
+	// Progress receives the progress line of long sizes.
+	Progress io.Writer
+}
+
+// RunPeer runs the test of p against a peer (goroce bench or the real
+// perftest tool) over conn, perftest's TCP exchange: the client role is the
+// side that dialed. dev is the HCA to use. Cancel ctx (or set deadlines on
+// conn) to bound the run.
+func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bool, p Params, h Hooks) (*Report, error) {
+	if err := p.Normalize(); err != nil {
+		return nil, err
+	}
+	role := exchange.Server
+	if client {
+		role = exchange.Client
+	}
+	sess, err := exchange.NewPerftestSession(conn, exchange.PerftestConfig{Role: role})
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := conn.(net.Conn); ok {
+		// Unblock the exchange when ctx ends.
+		stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+		defer stop()
+	}
+	port := dev.QueryPort()
+	localMTU := port.ActiveMTU
+	if p.MTU != 0 {
+		localMTU = min(p.MTU, port.ActiveMTU)
+	}
+	rep := &Report{Params: p, Client: client, Device: dev.Name(), LinkType: port.LinkLayer}
+	var s *Session
+	defer func() {
+		if s != nil {
+			s.Close()
+		}
+	}()
+	steps := exchange.Steps{
+		LocalMTU: localMTU,
+		Sys:      exchange.SysData{CycleBuffer: defaultCycleBuf, CacheLineSize: defaultCacheLine},
+		Setup: func(ep exchange.Params) ([]exchange.PerftestDest, error) {
+			rep.MTU = ep.MTU
+			rep.RemoteVersion = ep.RemoteVersion.String()
+			var err error
+			if s, err = NewSession(dev, p, client); err != nil {
+				return nil, err
+			}
+			s.Progress = h.Progress
+			rep.Params = s.Params()
+			rep.GIDIndex = s.GIDIndex()
+			rep.Local = s.Dests()
+			return rep.Local, nil
+		},
+		Connect: func(remote []exchange.PerftestDest) error {
+			rep.Remote = remote
+			if err := s.Connect(remote, rep.MTU); err != nil {
+				return err
+			}
+			if h.Connected != nil {
+				h.Connected(rep)
+			}
+			return nil
+		},
+	}
+	sizes := rep.Params.Sizes()
+	add := func(r Result) {
+		rep.Results = append(rep.Results, r)
+		if h.Result != nil && !r.Passive {
+			h.Result(rep, r)
+		}
+	}
+	runSize := func(size int) (Result, error) {
+		r, err := s.Run(ctx, size)
+		if err != nil {
+			return r, err
+		}
+		add(r)
+		return r, nil
+	}
+	tool := p.Mode.Tool()
+	if p.All && p.Mode.isSend() {
+		return rep, runAllSend(sess, steps, sizes, p.Mode, func(size int) error {
+			if err := s.Ready(size); err != nil {
+				return err
+			}
+			return nil
+		}, runSize)
+	}
+	steps.Ready = func() error {
+		if p.Mode.isSend() {
+			return s.Ready(sizes[0])
+		}
+		return nil
+	}
+	steps.Run = func() (exchange.BWReport, error) {
+		var last Result
+		for _, size := range sizes {
+			if !p.Mode.isSend() { // SEND receives were posted by Ready
+				if err := s.Ready(size); err != nil {
+					return exchange.BWReport{}, err
+				}
+			}
+			r, err := runSize(size)
+			if err != nil {
+				return exchange.BWReport{}, err
+			}
+			last = r
+			if r.Passive {
+				break
+			}
+		}
+		return bwReport(last.BW, rep.Params.ReportGbits), nil
+	}
+	res, err := sess.Run(tool, steps)
+	if err != nil {
+		return rep, err
+	}
+	if p.Mode == ModeReadLat && !client {
+		// The passive ib_read_lat server has no last hand-shake: its QP
+		// must live until the client, done reading, closes the socket.
+		var b [64]byte
+		for {
+			if _, err := conn.Read(b[:]); err != nil {
+				if ctx.Err() != nil {
+					return rep, ctx.Err()
+				}
+				break
+			}
+		}
+	}
+	if tool.ExchangesReports() && !client {
+		// The passive server prints the client's report.
+		rr := res.RemoteReport
+		f := mbFactor(rep.Params.ReportGbits)
+		r := Result{BW: BWResult{Op: opName(rep.Params), Size: int(rr.Size), Iters: int(rr.Iters), QPs: rep.Params.QPs,
+			BytesPerSec: rr.BWAvg * f, PeakBytesPerSec: rr.BWPeak * f, MsgPerSec: rr.MsgRateAvg * 1e6}}
+		r.BW.Messages = r.BW.Iters * max(1, r.BW.QPs)
+		rep.Results = rep.Results[:0]
+		add(r)
+	}
+	return rep, nil
+}
+
+// runAllSend is ib_send_bw / ib_send_lat with -a, which bench/exchange.Run
+// does not cover: after the connection hand-shakes, per size the receives
+// are posted, a hand-shake starts the size, the traffic runs, and (send_bw
+// only) another hand-shake ends it; ctx_close_connection follows the last.
+// Mirrors send_bw.c and send_lat.c (RUN_ALL).
+func runAllSend(sess *exchange.PerftestSession, st exchange.Steps, sizes []int, mode Mode, ready func(int) error, runSize func(int) (Result, error)) error {
+	if _, err := sess.ExchangeVersions(); err != nil {
+		return err
+	}
+	sys, err := sess.CheckSysData(st.Sys)
+	if err != nil {
+		return err
+	}
+	mtu, err := sess.CheckMTU(st.LocalMTU)
+	if err != nil {
+		return err
+	}
+	local, err := st.Setup(exchange.Params{RemoteVersion: sess.RemoteVersion(), MTU: mtu, Sys: sys})
+	if err != nil {
+		return &exchange.StepError{Step: "setup", Err: err}
+	}
+	remote := make([]exchange.PerftestDest, len(local))
+	if remote[0], err = sess.HandShake(local[0]); err != nil {
+		return err
+	}
+	for i := range local {
+		if remote[i], err = sess.HandShake(local[i]); err != nil {
+			return err
+		}
+	}
+	if err := st.Connect(remote); err != nil {
+		return &exchange.StepError{Step: "ctx_connect", Err: err}
+	}
+	if _, err := sess.HandShake(local[0]); err != nil {
+		return err
+	}
+	for _, size := range sizes {
+		if err := ready(size); err != nil {
+			return err
+		}
+		if _, err := sess.HandShake(local[0]); err != nil {
+			return err
+		}
+		if _, err := runSize(size); err != nil {
+			return err
+		}
+		if mode == ModeSendBW {
+			if _, err := sess.HandShake(local[0]); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = sess.CloseConnection(local[0])
+	return err
+}
+
+// mbFactor converts perftest's reported unit to bytes per second: MB is
+// 2^20 bytes (perftest's MBS format factor), Gb/s is 125e6 bytes.
+func mbFactor(gbits bool) float64 {
+	if gbits {
+		return 125e6
+	}
+	return 1 << 20
+}
+
+func bwReport(r BWResult, gbits bool) exchange.BWReport {
+	f := mbFactor(gbits)
+	return exchange.BWReport{Size: uint64(r.Size), Iters: uint64(r.Iters), BWPeak: r.PeakBytesPerSec / f,
+		BWAvg: r.BytesPerSec / f, MsgRateAvg: r.MsgPerSec / 1e6}
+}
+
+func opName(p Params) string {
+	s := Session{p: p}
+	return s.opName()
+}
+
+// RunLoopback runs the test with both sides in this process: a server on
+// devServer and a client on devClient, connected by perftest's TCP exchange
+// over a loopback TCP connection, exactly as two goroce bench processes
+// would. It returns the client's report and the server's.
+func RunLoopback(ctx context.Context, devClient, devServer *hca.Device, p Params, h Hooks) (client, server *Report, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type out struct {
+		rep *Report
+		err error
+	}
+	srv := make(chan out, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			srv <- out{nil, err}
+			return
+		}
+		defer c.Close()
+		r, err := RunPeer(ctx, devServer, c, false, p, Hooks{})
+		if err != nil {
+			cancel() // unblock the client
+		}
+		srv <- out{r, err}
+	}()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		<-srv
+		return nil, nil, err
+	}
+	client, cerr := RunPeer(ctx, devClient, c, true, p, h)
+	if cerr != nil {
+		cancel()
+	}
+	c.Close()
+	so := <-srv
+	if cerr != nil {
+		return client, so.rep, fmt.Errorf("client: %w", cerr)
+	}
+	if so.err != nil && !errors.Is(so.err, context.Canceled) {
+		return client, so.rep, fmt.Errorf("server: %w", so.err)
+	}
+	return client, so.rep, so.err
+}

@@ -1,0 +1,724 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"github.com/goroce/goroce/bench/exchange"
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/transport"
+)
+
+// Session is one side of a perftest-style test: the QPs, CQs and memory of
+// one device, set up as perftest's ctx_init and ctx_connect do, and the
+// traffic loops of run_iter_bw, run_iter_bw_server and run_iter_lat_*.
+// The exchange with the peer (TCP, or in memory for Go benchmarks) is the
+// caller's: Dests gives what to send, Connect takes what came back.
+//
+// A Session is used by one goroutine.
+type Session struct {
+	p        Params
+	client   bool
+	dev      *hca.Device
+	pd       *hca.PD
+	scq, rcq *hca.CQ
+	qps      []*qpRes
+	remote   []exchange.PerftestDest
+	gidIndex int
+	gid      hca.GID
+	mtu      bth.MTU
+	outReads int
+	bufSize  int // bytes in each half of a QP's buffer
+	wcs      []hca.WC
+	samples  []sample
+	lat      []time.Duration
+
+	// Progress, when set, receives a progress line about every second once
+	// a size has run for more than two seconds.
+	Progress io.Writer
+}
+
+// qpRes is one QP and its buffer: [0, bufSize) is the local source of
+// sends and writes and the target of reads; [bufSize, 2*bufSize) is what
+// the peer writes into, reads from or sends into (the advertised VAddr).
+type qpRes struct {
+	qp     *hca.QP
+	mr     *hca.MR
+	psn    bth.PSN
+	wr     hca.SendWR
+	sgl    [1]hca.SGE
+	rwr    hca.RecvWR
+	rsgl   [1]hca.SGE
+	scnt   int // posted sends
+	ccnt   int // sends known complete
+	rcnt   int // receives completed
+	posted int // receives posted
+}
+
+type sample struct {
+	t    time.Duration
+	msgs int
+}
+
+// NewSession creates p.QPs RC QPs on dev with their CQs and memory (ctx_init).
+// client selects perftest's client role (the side given a server name).
+func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
+	if err := p.Normalize(); err != nil {
+		return nil, err
+	}
+	if !p.Mode.IsBW() && p.QPs > 1 {
+		return nil, fmt.Errorf("%w: latency tests use one QP (-q %d)", ErrParams, p.QPs)
+	}
+	s := &Session{p: p, client: client, dev: dev}
+	gi, err := pickGID(dev, p.GIDIndex)
+	if err != nil {
+		return nil, err
+	}
+	s.gidIndex = gi
+	if s.gid, err = dev.QueryGID(gi); err != nil {
+		return nil, err
+	}
+	s.outReads = 1
+	if p.Mode.usesRd() {
+		s.outReads = dev.Query().MaxQPRdAtom // perftest's default -o: the device's max_qp_rd_atom
+	}
+	s.bufSize = (max(p.maxSize(), defaultCycleBuf) + 63) &^ 63
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	sq, rq := p.TxDepth, 1
+	if p.Mode.isSend() {
+		rq = p.RxDepth
+	}
+	if s.scq, err = dev.CreateCQ(sq * p.QPs); err != nil {
+		return nil, err
+	}
+	if s.rcq, err = dev.CreateCQ(rq * p.QPs); err != nil {
+		return nil, err
+	}
+	access := hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
+	for range p.QPs {
+		r := &qpRes{psn: bth.PSN(rand.Uint32() & 0xFFFFFF)}
+		r.qp, err = s.pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: s.scq, RecvCQ: s.rcq,
+			Cap: hca.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return nil, err
+		}
+		s.qps = append(s.qps, r)
+		if r.mr, err = s.pd.RegMR(make([]byte, 2*s.bufSize), access); err != nil {
+			return nil, err
+		}
+	}
+	s.wcs = make([]hca.WC, max(64, min(sq*p.QPs, 1024), min(rq*p.QPs, 1024)))
+	if err := s.toInit(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// pickGID returns idx when valid, else the first IPv4 (RoCEv2) GID, else 0.
+func pickGID(dev *hca.Device, idx int) (int, error) {
+	gids := dev.GIDs()
+	if len(gids) == 0 {
+		return 0, errors.New("bench: device has no GID")
+	}
+	if idx >= 0 {
+		if _, err := dev.QueryGID(idx); err != nil {
+			return 0, fmt.Errorf("%w: GID index %d: %w", ErrParams, idx, err)
+		}
+		return idx, nil
+	}
+	for _, g := range gids {
+		if g.GID[10] == 0xFF && g.GID[11] == 0xFF && [10]byte(g.GID[:10]) == [10]byte{} {
+			return g.Index, nil
+		}
+	}
+	return gids[0].Index, nil
+}
+
+// Params returns the normalized parameters.
+func (s *Session) Params() Params { return s.p }
+
+// GIDIndex is the source GID index in use.
+func (s *Session) GIDIndex() int { return s.gidIndex }
+
+// MTU is the path MTU after Connect.
+func (s *Session) MTU() bth.MTU { return s.mtu }
+
+// Dests returns each QP's keys as perftest's hand-shake carries them.
+func (s *Session) Dests() []exchange.PerftestDest {
+	d := make([]exchange.PerftestDest, len(s.qps))
+	for i, r := range s.qps {
+		d[i] = exchange.PerftestDest{OutReads: uint16(s.outReads), QPN: r.qp.QPN(), PSN: r.psn,
+			RKey: r.mr.RKey(), VAddr: r.mr.Addr() + uint64(s.bufSize), GID: s.gid}
+	}
+	return d
+}
+
+// toInit is ctx_modify_qp_to_init: P_Key index 0, port 1, and the remote
+// access the test needs.
+func (s *Session) toInit() error {
+	var a hca.QPAttr
+	a.State, a.Port, a.PKeyIndex = hca.StateInit, 1, 0
+	a.AccessFlags = hca.AccessRemoteWrite | hca.AccessLocalWrite
+	switch {
+	case s.p.Mode.isRead():
+		a.AccessFlags |= hca.AccessRemoteRead
+	case s.p.Mode.atomic():
+		a.AccessFlags |= hca.AccessRemoteAtomic
+	}
+	for _, r := range s.qps {
+		if err := r.qp.Modify(&a, transport.AttrState|transport.AttrPKeyIndex|transport.AttrPort|transport.AttrAccessFlags); err != nil {
+			return fmt.Errorf("bench: QP 0x%06x to INIT: %w", uint32(r.qp.QPN()), err)
+		}
+	}
+	return nil
+}
+
+// Connect is ctx_connect: every QP to RTR toward remote[i] and to RTS with
+// perftest's attributes (hop limit 0xFF, min_rnr_timer 12, timeout -u,
+// retry_cnt and rnr_retry 7, max_dest_rd_atomic our out_reads,
+// max_rd_atomic the peer's). mtu is the agreed path MTU.
+func (s *Session) Connect(remote []exchange.PerftestDest, mtu bth.MTU) error {
+	if len(remote) != len(s.qps) {
+		return fmt.Errorf("bench: %d remote QPs for %d local ones", len(remote), len(s.qps))
+	}
+	if !mtu.Valid() {
+		return fmt.Errorf("%w: path MTU enum %d", ErrParams, uint8(mtu))
+	}
+	s.mtu = mtu
+	s.remote = remote
+	for i, r := range s.qps {
+		rd := remote[i]
+		a := hca.QPAttr{AH: hca.AHAttr{DGID: rd.GID, SGIDIndex: s.gidIndex, HopLimit: hopLimit}, Port: 1}
+		a.State, a.PathMTU, a.DestQPN, a.RQPSN = hca.StateRTR, mtu, rd.QPN, rd.PSN
+		a.MaxDestRdAtomic, a.MinRNRTimer = s.outReads, minRNRTimer
+		mask := transport.AttrState | transport.AttrAV | transport.AttrPathMTU | transport.AttrDestQPN |
+			transport.AttrRQPSN | transport.AttrMaxDestRdAtomic | transport.AttrMinRNRTimer
+		if err := r.qp.Modify(&a, mask); err != nil {
+			return fmt.Errorf("bench: QP 0x%06x to RTR: %w", uint32(r.qp.QPN()), err)
+		}
+		a = hca.QPAttr{}
+		a.State, a.SQPSN, a.Timeout, a.RetryCnt, a.RNRRetry = hca.StateRTS, r.psn, s.p.Timeout, retryCount, retryCount
+		a.MaxRdAtomic = max(1, int(rd.OutReads))
+		mask = transport.AttrState | transport.AttrSQPSN | transport.AttrTimeout | transport.AttrRetryCnt |
+			transport.AttrRNRRetry | transport.AttrMaxQPRdAtomic
+		if err := r.qp.Modify(&a, mask); err != nil {
+			return fmt.Errorf("bench: QP 0x%06x to RTS: %w", uint32(r.qp.QPN()), err)
+		}
+		s.prepare(r, i, rd)
+	}
+	return nil
+}
+
+// prepare fills the QP's reusable work requests (ctx_set_send_wqes).
+func (s *Session) prepare(r *qpRes, i int, rd exchange.PerftestDest) {
+	r.wr = hca.SendWR{RemoteAddr: rd.VAddr, RKey: rd.RKey}
+	switch s.p.Mode {
+	case ModeSendBW, ModeSendLat:
+		r.wr.Opcode = transport.WRSend
+	case ModeWriteBW, ModeWriteLat:
+		r.wr.Opcode = transport.WRRDMAWrite
+	case ModeReadBW, ModeReadLat:
+		r.wr.Opcode = transport.WRRDMARead
+	case ModeAtomicBW:
+		r.wr.Opcode = transport.WRAtomicFetchAndAdd
+		r.wr.CompareAdd = 1
+		if s.p.Atomic == CmpAndSwap {
+			r.wr.Opcode = transport.WRAtomicCmpAndSwp
+			r.wr.CompareAdd, r.wr.Swap = 0, 0 // perftest compares and swaps zeros
+		}
+	}
+	r.rwr.ID = uint64(i) << 32
+}
+
+// setSize points the work requests at size bytes.
+func (s *Session) setSize(size int) {
+	for _, r := range s.qps {
+		r.sgl[0] = r.mr.SGE(0, size)
+		r.wr.SGL = r.sgl[:]
+		r.rsgl[0] = r.mr.SGE(s.bufSize, size)
+		r.rwr.SGL = r.rsgl[:]
+		r.scnt, r.ccnt, r.rcnt, r.posted = 0, 0, 0, 0
+	}
+}
+
+// Ready is what perftest does before the start barrier for one size: the
+// receives of SEND tests (ctx_set_recv_wqes: the bw server and both lat
+// sides post up to rx_depth), nothing otherwise.
+func (s *Session) Ready(size int) error {
+	if size < 1 || size > s.bufSize {
+		return fmt.Errorf("%w: size %d outside the %d-byte buffer", ErrParams, size, s.bufSize)
+	}
+	s.setSize(size)
+	if !s.p.Mode.isSend() || (s.p.Mode == ModeSendBW && s.client) {
+		return nil
+	}
+	for i, r := range s.qps {
+		for r.posted < s.p.RxDepth && (r.posted < s.p.Iters || s.p.Duration > 0) {
+			if err := s.postRecv(r, i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Session) postRecv(r *qpRes, i int) error {
+	r.rwr.ID = uint64(i)<<32 | uint64(uint32(r.posted))
+	if err := r.qp.PostRecv(&r.rwr); err != nil {
+		return err
+	}
+	r.posted++
+	return nil
+}
+
+// Close destroys the QPs and their resources (not the device).
+func (s *Session) Close() {
+	for _, r := range s.qps {
+		if r.qp != nil {
+			r.qp.Destroy()
+		}
+		if r.mr != nil {
+			r.mr.Dereg()
+		}
+	}
+	s.qps = nil
+	if s.scq != nil {
+		s.scq.Destroy()
+	}
+	if s.rcq != nil {
+		s.rcq.Destroy()
+	}
+	if s.pd != nil {
+		s.pd.Dealloc()
+	}
+	s.scq, s.rcq, s.pd = nil, nil, nil
+}
+
+// Result is one size's measurement: BW for bandwidth tests, Lat for
+// latency tests. Passive sides (the server of write/read/atomic bw and
+// read_lat) return a zero Result with Passive set.
+type Result struct {
+	BW      BWResult
+	Lat     LatResult
+	Passive bool
+}
+
+// Run runs one size's traffic in this side's role (Ready must have been
+// called with the same size).
+func (s *Session) Run(ctx context.Context, size int) (Result, error) {
+	if s.remote == nil {
+		return Result{}, errors.New("bench: session not connected")
+	}
+	if len(s.qps) == 0 || s.qps[0].wr.SGL == nil || int(s.qps[0].sgl[0].Length) != size {
+		return Result{}, fmt.Errorf("bench: Run(%d) without Ready(%d)", size, size)
+	}
+	switch s.p.Mode {
+	case ModeSendBW:
+		if s.client {
+			r, err := s.bwClient(ctx, size)
+			return Result{BW: r}, err
+		}
+		r, err := s.sendServer(ctx, size)
+		return Result{BW: r}, err
+	case ModeWriteBW, ModeReadBW, ModeAtomicBW:
+		if !s.client {
+			return Result{Passive: true}, nil
+		}
+		r, err := s.bwClient(ctx, size)
+		return Result{BW: r}, err
+	case ModeSendLat:
+		r, err := s.latPingPong(ctx, size, s.waitRecv)
+		return Result{Lat: r}, err
+	case ModeWriteLat:
+		r, err := s.latPingPong(ctx, size, s.waitWrite)
+		return Result{Lat: r}, err
+	default: // ModeReadLat
+		if !s.client {
+			return Result{Passive: true}, nil
+		}
+		r, err := s.latRead(ctx, size)
+		return Result{Lat: r}, err
+	}
+}
+
+func (s *Session) opName() string {
+	switch s.p.Mode {
+	case ModeSendBW, ModeSendLat:
+		return "SEND"
+	case ModeWriteBW, ModeWriteLat:
+		return "RDMA_WRITE"
+	case ModeReadBW, ModeReadLat:
+		return "RDMA_READ"
+	}
+	return s.p.Atomic.String()
+}
+
+// poll fills s.wcs from cq, blocking until at least one completion arrives
+// and checking every status. Mirrors perftest's ibv_poll_cq loop, which
+// aborts the test on the first error completion.
+func (s *Session) poll(ctx context.Context, cq *hca.CQ) ([]hca.WC, error) {
+	for {
+		n, err := cq.Poll(s.wcs)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			for i := range s.wcs[:n] {
+				if wc := &s.wcs[i]; wc.Status != transport.StatusSuccess {
+					return nil, fmt.Errorf("bench: completion with error: status %q (%d), WR ID %#x, QP 0x%06x",
+						wc.Status, wc.Status, wc.WRID, uint32(s.qps[min(len(s.qps)-1, int(wc.WRID>>32))].qp.QPN()))
+				}
+			}
+			return s.wcs[:n], nil
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("bench: waiting for completions: %w", err)
+		}
+	}
+}
+
+// progress prints a progress line about every second after the first two.
+type progress struct {
+	w     io.Writer
+	size  int
+	last  time.Duration
+	lastN int
+}
+
+func (pr *progress) tick(el time.Duration, msgs int) {
+	if pr.w == nil || el < 2*time.Second || el-pr.last < time.Second {
+		return
+	}
+	rate := float64(msgs-pr.lastN) * float64(pr.size) / (el - pr.last).Seconds() / (1 << 20)
+	fmt.Fprintf(pr.w, "goroce bench: size %d B, %.1f s elapsed, %.2f MB/sec now, %d messages\n", pr.size, el.Seconds(), rate, msgs)
+	pr.last, pr.lastN = el, msgs
+}
+
+// bwClient is run_iter_bw: each QP keeps up to TxDepth WRs posted,
+// signaling one in CQMod (and the last); the send CQ is polled for the
+// signaled ones. With a Duration it posts until the deadline, finishing
+// the current moderation group so that every WR is accounted for.
+func (s *Session) bwClient(ctx context.Context, size int) (BWResult, error) {
+	p := &s.p
+	total := p.Iters * len(s.qps)
+	s.samples = s.samples[:0]
+	pr := progress{w: s.Progress, size: size}
+	done, posting := 0, true
+	start := time.Now()
+	for {
+		if posting {
+			stop := p.Duration > 0 && time.Since(start) >= p.Duration
+			for i, r := range s.qps {
+				for r.scnt-r.ccnt < p.TxDepth {
+					if p.Duration == 0 && r.scnt >= p.Iters {
+						break
+					}
+					if stop && r.scnt%p.CQMod == 0 {
+						break
+					}
+					r.wr.ID = uint64(i)<<32 | uint64(uint32(r.scnt))
+					r.wr.Flags = 0
+					if (r.scnt+1)%p.CQMod == 0 || (p.Duration == 0 && r.scnt+1 == p.Iters) {
+						r.wr.Flags = transport.SendSignaled
+					}
+					if err := r.qp.PostSend(&r.wr); err != nil {
+						return BWResult{}, fmt.Errorf("bench: post %s: %w", s.opName(), err)
+					}
+					r.scnt++
+				}
+			}
+			if stop {
+				// Stop once every QP has posted a whole moderation group,
+				// whose last WR is signaled.
+				posting, total = false, 0
+				for _, r := range s.qps {
+					total += r.scnt
+					if r.scnt%p.CQMod != 0 {
+						posting = true
+					}
+				}
+			}
+		}
+		if done >= total && (!posting || p.Duration == 0) {
+			break
+		}
+		wcs, err := s.poll(ctx, s.scq)
+		if err != nil {
+			return BWResult{}, err
+		}
+		for i := range wcs {
+			r := s.qps[int(wcs[i].WRID>>32)]
+			c := int(uint32(wcs[i].WRID)) + 1
+			done += c - r.ccnt
+			r.ccnt = c
+		}
+		el := time.Since(start)
+		s.samples = append(s.samples, sample{el, done})
+		pr.tick(el, done)
+	}
+	el := time.Since(start)
+	return s.bwResult(size, done, el), nil
+}
+
+// sendServer is run_iter_bw_server: count receives, reposting while more
+// are expected. With a Duration it runs until the deadline plus a grace
+// second, so that the client's last messages still find receives.
+func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
+	p := &s.p
+	total := p.Iters * len(s.qps)
+	s.samples = s.samples[:0]
+	pr := progress{w: s.Progress, size: size}
+	done := 0
+	var start time.Time
+	var deadline time.Time
+	for p.Duration > 0 || done < total {
+		wctx := ctx
+		var cancel context.CancelFunc
+		if p.Duration > 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(p.Duration + time.Second)
+			}
+			wctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		wcs, err := s.poll(wctx, s.rcq)
+		if cancel != nil {
+			cancel()
+		}
+		if err != nil {
+			if p.Duration > 0 && ctx.Err() == nil && time.Now().After(deadline) {
+				break
+			}
+			return BWResult{}, err
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		for i := range wcs {
+			qi := int(wcs[i].WRID >> 32)
+			r := s.qps[qi]
+			r.rcnt++
+			done++
+			if r.posted < p.Iters || p.Duration > 0 {
+				if err := s.postRecv(r, qi); err != nil {
+					return BWResult{}, err
+				}
+			}
+		}
+		el := time.Since(start)
+		s.samples = append(s.samples, sample{el, done})
+		pr.tick(el, done)
+	}
+	if start.IsZero() {
+		return BWResult{Op: s.opName(), Size: size}, nil
+	}
+	return s.bwResult(size, done, s.samples[len(s.samples)-1].t), nil
+}
+
+func (s *Session) bwResult(size, done int, el time.Duration) BWResult {
+	r := BWResult{Op: s.opName(), Size: size, Iters: done / len(s.qps), QPs: len(s.qps), Messages: done, Duration: el}
+	if el > 0 {
+		r.BytesPerSec = float64(done) * float64(size) / el.Seconds()
+		r.MsgPerSec = float64(done) / el.Seconds()
+	}
+	r.PeakBytesPerSec = peakRate(s.samples, el) * float64(size)
+	if r.PeakBytesPerSec < r.BytesPerSec {
+		r.PeakBytesPerSec = r.BytesPerSec
+	}
+	return r
+}
+
+// peakRate is the best message rate over any window of at least a tenth of
+// the run between two completion samples (perftest's peak is the best
+// per-WR interval, which a software HCA's batched completions make
+// meaningless; a window keeps the figure honest).
+func peakRate(ss []sample, el time.Duration) float64 {
+	win := el / 10
+	best := 0.0
+	j := 0
+	for k := range ss {
+		for j < k && ss[k].t-ss[j+1].t >= win {
+			j++
+		}
+		if dt := ss[k].t - ss[j].t; k > j && dt >= win && dt > 0 {
+			best = max(best, float64(ss[k].msgs-ss[j].msgs)/dt.Seconds())
+		}
+	}
+	return best
+}
+
+// latPingPong is run_iter_lat_send / run_iter_lat_write: the client sends
+// first; each side waits for the peer's message (wait) before answering.
+// A sample is half the round trip, as perftest reports.
+func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.Context, *qpRes, int, time.Time) (bool, error)) (LatResult, error) {
+	r := s.qps[0]
+	p := &s.p
+	s.lat = s.lat[:0]
+	var start, deadline time.Time
+	start = time.Now()
+	if p.Duration > 0 {
+		deadline = start.Add(p.Duration)
+		if !s.client {
+			deadline = deadline.Add(time.Second) // answer the client's last ping
+		}
+	}
+	for i := 1; p.Duration > 0 || i <= p.Iters; i++ {
+		if s.client && !deadline.IsZero() && time.Now().After(deadline) {
+			break
+		}
+		t0 := time.Now()
+		if !s.client {
+			ok, err := wait(ctx, r, i, deadline)
+			if err != nil {
+				return LatResult{}, err
+			}
+			if !ok {
+				break
+			}
+		}
+		if err := s.postLat(ctx, r, i, size); err != nil {
+			return LatResult{}, err
+		}
+		if s.client {
+			wd := deadline
+			if !wd.IsZero() {
+				wd = wd.Add(time.Second)
+			}
+			ok, err := wait(ctx, r, i, wd)
+			if err != nil {
+				return LatResult{}, err
+			}
+			if !ok {
+				break
+			}
+			s.lat = append(s.lat, time.Since(t0)/2)
+		}
+	}
+	// Collect the last send completion so the next size starts clean.
+	for r.ccnt < r.scnt {
+		if _, err := s.poll(ctx, s.scq); err != nil {
+			return LatResult{}, err
+		}
+		r.ccnt = r.scnt
+	}
+	if !s.client {
+		return LatResult{Op: s.opName(), Size: size}, nil
+	}
+	return latStats(s.opName(), size, s.lat), nil
+}
+
+// postLat posts message i: the previous send must have completed (TX depth
+// 1); for RDMA WRITE the last byte carries i, which the peer polls for.
+func (s *Session) postLat(ctx context.Context, r *qpRes, i, size int) error {
+	for r.ccnt < r.scnt {
+		if _, err := s.poll(ctx, s.scq); err != nil {
+			return err
+		}
+		r.ccnt = r.scnt
+	}
+	if s.p.Mode == ModeWriteLat {
+		r.mr.Bytes()[size-1] = byte(i)
+	}
+	r.wr.ID = uint64(i)
+	r.wr.Flags = transport.SendSignaled
+	if err := r.qp.PostSend(&r.wr); err != nil {
+		return fmt.Errorf("bench: post %s: %w", s.opName(), err)
+	}
+	r.scnt++
+	return nil
+}
+
+// waitRecv waits for the next receive completion and reposts.
+func (s *Session) waitRecv(ctx context.Context, r *qpRes, i int, deadline time.Time) (bool, error) {
+	wctx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if _, err := s.poll(wctx, s.rcq); err != nil {
+		if !deadline.IsZero() && ctx.Err() == nil && time.Now().After(deadline) {
+			return false, nil
+		}
+		return false, err
+	}
+	r.rcnt++
+	if r.posted < s.p.Iters || s.p.Duration > 0 {
+		if err := s.postRecv(r, 0); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// waitWrite polls the last byte of the peer's RDMA WRITE target until it
+// holds byte(i), as ib_write_lat spins on its buffer. QP.Stats takes the
+// lock under which the HCA places incoming data, which orders our read
+// after the write (and keeps the race detector right).
+func (s *Session) waitWrite(ctx context.Context, r *qpRes, i int, deadline time.Time) (bool, error) {
+	b := r.mr.Bytes()[s.bufSize+int(r.rsgl[0].Length)-1:]
+	for n := 0; ; n++ {
+		r.qp.Stats()
+		if b[0] == byte(i) {
+			return true, nil
+		}
+		if n&1023 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return false, fmt.Errorf("bench: waiting for RDMA WRITE %d: %w", i, err)
+			}
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				return false, nil
+			}
+			if st := r.qp.State(); st == hca.StateErr {
+				return false, fmt.Errorf("bench: QP 0x%06x in error state waiting for RDMA WRITE %d", uint32(r.qp.QPN()), i)
+			}
+		}
+		runtime.Gosched()
+	}
+}
+
+// latRead is run_iter_lat (READ): one RDMA READ at a time; a sample is the
+// whole round trip, as perftest reports for reads.
+func (s *Session) latRead(ctx context.Context, size int) (LatResult, error) {
+	r := s.qps[0]
+	p := &s.p
+	s.lat = s.lat[:0]
+	start := time.Now()
+	for i := 1; p.Duration > 0 || i <= p.Iters; i++ {
+		if p.Duration > 0 && time.Since(start) >= p.Duration {
+			break
+		}
+		t0 := time.Now()
+		if err := s.postLat(ctx, r, i, size); err != nil {
+			return LatResult{}, err
+		}
+		if _, err := s.poll(ctx, s.scq); err != nil {
+			return LatResult{}, err
+		}
+		r.ccnt = r.scnt
+		s.lat = append(s.lat, time.Since(t0))
+	}
+	return latStats(s.opName(), size, s.lat), nil
+}
+
+// atomicValue reads the 8-byte atomic target of QP i (for tests).
+func (s *Session) atomicValue(i int) uint64 {
+	r := s.qps[i]
+	r.qp.Stats() // orders the read after the responder's update
+	return binary.NativeEndian.Uint64(r.mr.Bytes()[s.bufSize:])
+}
