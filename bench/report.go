@@ -1,0 +1,270 @@
+package bench
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/bench/exchange"
+)
+
+// resultLine is perftest's RESULT_LINE.
+const resultLine = "---------------------------------------------------------------------------------------"
+
+// PrintHeader prints perftest's ctx_print_test_info block and the
+// local/remote address lines (ctx_print_pingpong_data) for r.
+func PrintHeader(w io.Writer, r *Report) {
+	p := &r.Params
+	fmt.Fprintln(w, resultLine)
+	title := p.Mode.verb() + " "
+	if p.Mode.atomic() {
+		title += p.Atomic.String() + " "
+	}
+	if p.Mode.IsBW() {
+		title += "BW Test"
+	} else {
+		title += "Latency Test"
+	}
+	fmt.Fprintf(w, "                    %s\n", title)
+	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", r.Device)
+	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", p.QPs)
+	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	if r.Client || !p.Mode.IsBW() {
+		fmt.Fprintf(w, " TX depth        : %d\n", p.TxDepth)
+	}
+	if p.Mode.isSend() && (!r.Client || !p.Mode.IsBW()) {
+		fmt.Fprintf(w, " RX depth        : %d\n", min(p.RxDepth, p.Iters))
+	}
+	if p.Mode.IsBW() {
+		fmt.Fprintf(w, " CQ Moderation   : %d\n", p.CQMod)
+	}
+	fmt.Fprintf(w, " Mtu             : %d[B]\n", r.MTU.Bytes())
+	fmt.Fprintf(w, " Link type       : %s\n", r.LinkType)
+	fmt.Fprintf(w, " GID index       : %d\n", r.GIDIndex)
+	if p.Mode.usesRd() {
+		fmt.Fprintf(w, " Outstand reads  : %d\n", outReads(r.Local))
+	}
+	if !p.Mode.isRead() && !p.Mode.atomic() {
+		fmt.Fprintf(w, " Max inline data : 0[B]\n")
+	}
+	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
+	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	fmt.Fprintln(w, resultLine)
+	for _, d := range r.Local {
+		printDest(w, "local", d, p.Mode)
+	}
+	for _, d := range r.Remote {
+		printDest(w, "remote", d, p.Mode)
+	}
+	fmt.Fprintln(w, resultLine)
+	if p.Mode.IsBW() {
+		if p.ReportGbits {
+			fmt.Fprintln(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]")
+		} else {
+			fmt.Fprintln(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
+		}
+	} else {
+		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
+	}
+}
+
+func outReads(ds []exchange.PerftestDest) int {
+	if len(ds) == 0 {
+		return 0
+	}
+	return int(ds[0].OutReads)
+}
+
+// printDest is ctx_print_pingpong_data for RoCE (GID form).
+func printDest(w io.Writer, side string, d exchange.PerftestDest, m Mode) {
+	fmt.Fprintf(w, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(d.LID), 4), cHex(uint64(d.QPN), 6), cHex(uint64(d.PSN), 6))
+	if m.usesRd() {
+		fmt.Fprintf(w, " OUT %s", cHex(uint64(d.OutReads), 4))
+	}
+	if !m.isSend() {
+		fmt.Fprintf(w, " RKey %s VAddr %s", cHex(uint64(d.RKey), 8), cHex(d.VAddr, 16))
+	}
+	fmt.Fprintln(w)
+	var g strings.Builder
+	for i, b := range d.GID {
+		if i > 0 {
+			g.WriteByte(':')
+		}
+		fmt.Fprintf(&g, "%02d", b)
+	}
+	fmt.Fprintf(w, " GID: %s\n", g.String())
+}
+
+// cHex is C's printf("%#0*x", width, v): "0x" counts in the width and is
+// left out for 0 ("0000" for %#04x of 0, "0x0013" for %#06x of 0x13).
+func cHex(v uint64, width int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*x", width, v)
+	}
+	return fmt.Sprintf("0x%0*x", max(0, width-2), v)
+}
+
+// PrintResult prints one line of the result table (REPORT_FMT or
+// REPORT_FMT_LAT).
+func PrintResult(w io.Writer, r *Report, res Result) {
+	if r.Params.Mode.IsBW() {
+		f := mbFactor(r.Params.ReportGbits)
+		b := res.BW
+		fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n",
+			b.Size, b.Iters, b.PeakBytesPerSec/f, b.BytesPerSec/f, b.MsgPerSec/1e6)
+		return
+	}
+	l := res.Lat
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	fmt.Fprintf(w, " %-7d %-10d     %-7.2f        %-7.2f      %-7.2f     \t%-7.2f     \t%-7.2f     \t\t%-7.2f     \t\t%-7.2f\n",
+		l.Size, l.Iters, us(l.Min), us(l.Max), us(l.Typical), us(l.Avg), us(l.Stdev), us(l.P99), us(l.P999))
+}
+
+// PrintFooter ends the table, and prints the ceiling ratio when measured.
+func PrintFooter(w io.Writer, r *Report) {
+	fmt.Fprintln(w, resultLine)
+	if c := r.Ceiling; c != nil {
+		fmt.Fprintf(w, " Raw path ceiling: %d-byte packets (%d B payload), %.0f packets/s delivered = %.2f MB/sec of payload\n",
+			c.PacketBytes, c.Payload, c.PacketsPerSec, c.PayloadBytesPerSec/(1<<20))
+		fmt.Fprintf(w, " goroce / ceiling: %.3f\n", r.CeilingRatio)
+		fmt.Fprintln(w, resultLine)
+	}
+}
+
+// JSONReport is the --json document.
+type JSONReport struct {
+	Mode       string  `json:"mode"`
+	Role       string  `json:"role"`
+	Device     string  `json:"device"`
+	Atomic     string  `json:"atomic,omitempty"`
+	QPs        int     `json:"qps"`
+	MTU        int     `json:"mtu"`
+	GIDIndex   int     `json:"gid_index"`
+	TxDepth    int     `json:"tx_depth"`
+	CQMod      int     `json:"cq_moderation,omitempty"`
+	DurationS  float64 `json:"duration_s,omitempty"`
+	Peer       string  `json:"peer_version"`
+	LocalQPNs  []int   `json:"local_qpns"`
+	RemoteQPNs []int   `json:"remote_qpns"`
+	// Results: bandwidth in bytes/s (and MB/s as perftest prints, MB =
+	// 2^20), latency in microseconds.
+	Results      []JSONResult `json:"results"`
+	CeilingRatio *float64     `json:"ceiling_ratio,omitempty"`
+	Ceiling      *Ceiling     `json:"ceiling,omitempty"`
+}
+
+// JSONResult is one size in the --json document.
+type JSONResult struct {
+	Bytes      int     `json:"bytes"`
+	Iterations int     `json:"iterations"`
+	Messages   int     `json:"messages,omitempty"`
+	Seconds    float64 `json:"seconds,omitempty"`
+	// Bandwidth tests.
+	BWPeakMBps   float64 `json:"bw_peak_mb_s,omitempty"`
+	BWAvgMBps    float64 `json:"bw_avg_mb_s,omitempty"`
+	BWAvgGbps    float64 `json:"bw_avg_gb_s,omitempty"`
+	BytesPerSec  float64 `json:"bytes_per_s,omitempty"`
+	MsgRateMpps  float64 `json:"msg_rate_mpps,omitempty"`
+	TMinUs       float64 `json:"t_min_us,omitempty"`
+	TMaxUs       float64 `json:"t_max_us,omitempty"`
+	TTypicalUs   float64 `json:"t_typical_us,omitempty"`
+	TAvgUs       float64 `json:"t_avg_us,omitempty"`
+	TStdevUs     float64 `json:"t_stdev_us,omitempty"`
+	P99Us        float64 `json:"p99_us,omitempty"`
+	P999Us       float64 `json:"p99_9_us,omitempty"`
+	LatencySides string  `json:"latency,omitempty"` // "one-way" (half the round trip) or "round-trip"
+}
+
+// ToJSON converts r to the --json document.
+func ToJSON(r *Report) JSONReport {
+	p := &r.Params
+	j := JSONReport{Mode: p.Mode.String(), Role: "server", Device: r.Device, QPs: p.QPs, MTU: r.MTU.Bytes(),
+		GIDIndex: r.GIDIndex, TxDepth: p.TxDepth, Peer: r.RemoteVersion, DurationS: p.Duration.Seconds(),
+		LocalQPNs: []int{}, RemoteQPNs: []int{}, Results: []JSONResult{}}
+	if r.Client {
+		j.Role = "client"
+	}
+	if p.Mode.atomic() {
+		j.Atomic = p.Atomic.String()
+	}
+	if p.Mode.IsBW() {
+		j.CQMod = p.CQMod
+	}
+	for _, d := range r.Local {
+		j.LocalQPNs = append(j.LocalQPNs, int(d.QPN))
+	}
+	for _, d := range r.Remote {
+		j.RemoteQPNs = append(j.RemoteQPNs, int(d.QPN))
+	}
+	for _, res := range r.Results {
+		if res.Passive {
+			continue
+		}
+		j.Results = append(j.Results, toJSONResult(p.Mode, res))
+	}
+	if r.Ceiling != nil {
+		v := r.CeilingRatio
+		j.CeilingRatio, j.Ceiling = &v, r.Ceiling
+	}
+	return j
+}
+
+func toJSONResult(m Mode, res Result) JSONResult {
+	if m.IsBW() {
+		b := res.BW
+		return JSONResult{Bytes: b.Size, Iterations: b.Iters, Messages: b.Messages, Seconds: b.Duration.Seconds(),
+			BWPeakMBps: b.PeakBytesPerSec / (1 << 20), BWAvgMBps: b.BytesPerSec / (1 << 20), BWAvgGbps: b.BytesPerSec * 8 / 1e9,
+			BytesPerSec: b.BytesPerSec, MsgRateMpps: b.MsgPerSec / 1e6}
+	}
+	l := res.Lat
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	sides := "one-way"
+	if m.isRead() {
+		sides = "round-trip"
+	}
+	return JSONResult{Bytes: l.Size, Iterations: l.Iters, TMinUs: us(l.Min), TMaxUs: us(l.Max), TTypicalUs: us(l.Typical),
+		TAvgUs: us(l.Avg), TStdevUs: us(l.Stdev), P99Us: us(l.P99), P999Us: us(l.P999), LatencySides: sides}
+}
+
+// WriteJSON writes r as indented JSON.
+func WriteJSON(w io.Writer, r *Report) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(ToJSON(r))
+}
+
+// CSV columns.
+var (
+	csvBW  = []string{"mode", "bytes", "iterations", "qps", "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps", "ceiling_ratio"}
+	csvLat = []string{"mode", "bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "t_stdev_us", "p99_us", "p99_9_us"}
+)
+
+// WriteCSV writes a header row and one row per size.
+func WriteCSV(w io.Writer, r *Report) error {
+	cw := csv.NewWriter(w)
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	j := ToJSON(r)
+	if r.Params.Mode.IsBW() {
+		cw.Write(csvBW)
+		ratio := ""
+		if j.CeilingRatio != nil {
+			ratio = f(*j.CeilingRatio)
+		}
+		for _, x := range j.Results {
+			cw.Write([]string{j.Mode, strconv.Itoa(x.Bytes), strconv.Itoa(x.Iterations), strconv.Itoa(j.QPs),
+				f(x.BWPeakMBps), f(x.BWAvgMBps), f(x.MsgRateMpps), ratio})
+		}
+	} else {
+		cw.Write(csvLat)
+		for _, x := range j.Results {
+			cw.Write([]string{j.Mode, strconv.Itoa(x.Bytes), strconv.Itoa(x.Iterations), f(x.TMinUs), f(x.TMaxUs),
+				f(x.TTypicalUs), f(x.TAvgUs), f(x.TStdevUs), f(x.P99Us), f(x.P999Us)})
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/bench"
+	"github.com/goroce/goroce/bth"
+)
+
+func init() {
+	register(&command{name: "bench", summary: "perftest-compatible RDMA benchmarks (ib_*_bw / ib_*_lat), against goroce or the real tools", run: runBench})
+}
+
+// benchOpts is what goroce bench's flags set beyond bench.Params.
+type benchOpts struct {
+	p        bench.Params
+	mode     string
+	host     string
+	port     int
+	devName  string
+	loopback bool
+	json     bool
+	csv      bool
+	plot     string
+	ceiling  bool
+	mtu      int
+	durSec   int
+	atomic   string
+	timeout  int
+	lf       *linkFlags
+}
+
+const benchSynopsis = "goroce bench MODE [HOST] [flags]"
+
+func benchFlags(o *benchOpts) *flag.FlagSet {
+	fs := flag.NewFlagSet("goroce bench", flag.ContinueOnError)
+	p := &o.p
+	fs.IntVar(&p.Size, "s", 0, "message `SIZE` in bytes (default 65536 for bw, 2 for lat, 8 for atomic)")
+	fs.IntVar(&p.Iters, "n", 0, "`ITERS` messages per QP (default 5000 for write/read/atomic bw, 1000 otherwise)")
+	fs.BoolVar(&p.All, "a", false, "run every size from 2 to 2^23 bytes")
+	fs.IntVar(&p.MaxSize, "max_size", 0, "largest size of -a (goroce extension; default 2^23)")
+	fs.IntVar(&p.QPs, "q", 1, "number of QPs")
+	fs.IntVar(&o.durSec, "D", 0, "run each size for `SECONDS` instead of -n messages")
+	fs.IntVar(&o.mtu, "m", 0, "path MTU in bytes: 256, 512, 1024, 2048, 4096 (default: the port's active MTU)")
+	fs.IntVar(&p.GIDIndex, "x", -1, "source GID `INDEX` (default: the first IPv4 GID)")
+	fs.IntVar(&o.port, "p", bench.DefaultPort, "TCP `PORT` of the perftest exchange")
+	fs.Bool("F", false, "accepted for perftest compatibility (no CPU frequency check here)")
+	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/sec instead of MB/sec")
+	fs.StringVar(&o.atomic, "A", "FETCH_AND_ADD", "atomic_bw operation: FETCH_AND_ADD or CMP_AND_SWAP")
+	fs.IntVar(&p.TxDepth, "t", 0, "TX `DEPTH` (default 128 for bw, 1 for lat)")
+	fs.IntVar(&p.RxDepth, "r", 0, "RX `DEPTH` of send tests (default 512)")
+	fs.IntVar(&p.CQMod, "Q", 0, "CQ moderation: one signaled WR in `N` (default 100)")
+	fs.IntVar(&o.timeout, "u", bench.DefaultTimeout, "local ACK timeout code (4.096 us * 2^`N`)")
+	fs.StringVar(&o.devName, "d", "", "HCA `NAME` (default goroce0)")
+	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process on 127.0.0.1 (server) and 127.0.0.2 (client) over the udp link")
+	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
+	fs.BoolVar(&o.csv, "csv", false, "print the results as CSV")
+	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
+	fs.BoolVar(&o.ceiling, "ceiling", false, "with --loopback: also measure the raw UDP path ceiling and print goroce's bandwidth as a ratio of it")
+	o.lf = addLinkFlags(fs)
+	fs.Usage = func() {
+		w := fs.Output()
+		usageFunc(fs, benchSynopsis)()
+		fmt.Fprintf(w, "\nMODE is one of: %s\n", strings.Join(modeNames(), " "))
+		fmt.Fprintln(w, "Without HOST goroce bench is the server (it waits on -p); with HOST it is the client.")
+		fmt.Fprintln(w, "Either side may be the real perftest tool (ib_write_bw, ...) on another host.")
+		fmt.Fprintln(w, "\n"+linkUsage)
+	}
+	return fs
+}
+
+func modeNames() []string {
+	var s []string
+	for _, m := range bench.Modes {
+		s = append(s, m.String())
+	}
+	return s
+}
+
+// parseInterleaved parses flags and positional arguments in any order, as
+// perftest's getopt does (goroce bench write_bw -s 64 HOST -n 10).
+func parseInterleaved(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (pos []string, status int, ok bool) {
+	for {
+		if st, ok := parseFlags(fs, args, stdout, stderr); !ok {
+			return nil, st, false
+		}
+		if fs.NArg() == 0 {
+			return pos, exitOK, true
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	var o benchOpts
+	fs := benchFlags(&o)
+	pos, st, ok := parseInterleaved(fs, args, stdout, stderr)
+	if !ok {
+		return st
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "goroce bench: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "Usage: %s (goroce bench --help for the flags)\n", benchSynopsis)
+		return exitUsage
+	}
+	if len(pos) == 0 {
+		return usageErr("missing MODE (%s)", strings.Join(modeNames(), " "))
+	}
+	if len(pos) > 2 {
+		return usageErr("unexpected argument %q", pos[2])
+	}
+	m, err := bench.ParseMode(pos[0])
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	o.p.Mode = m
+	if len(pos) == 2 {
+		o.host = pos[1]
+	}
+	if o.p.Atomic, err = bench.ParseAtomicOp(o.atomic); err != nil {
+		return usageErr("%v", err)
+	}
+	if o.mtu != 0 {
+		if o.p.MTU = bth.MTUFromBytes(o.mtu); o.p.MTU == 0 {
+			return usageErr("-m %d is not an IB MTU (256, 512, 1024, 2048, 4096)", o.mtu)
+		}
+	}
+	if o.durSec < 0 {
+		return usageErr("-D %d: negative duration", o.durSec)
+	}
+	o.p.Duration = time.Duration(o.durSec) * time.Second
+	if o.timeout < 0 || o.timeout > 31 {
+		return usageErr("-u %d: want 0..31", o.timeout)
+	}
+	o.p.Timeout = uint8(o.timeout)
+	if o.port < 1 || o.port > 65535 {
+		return usageErr("-p %d: not a TCP port", o.port)
+	}
+	if o.json && o.csv {
+		return usageErr("--json and --csv are exclusive")
+	}
+	if o.loopback && o.host != "" {
+		return usageErr("--loopback runs both sides here: no HOST")
+	}
+	if o.ceiling && !o.loopback {
+		return usageErr("--ceiling needs --loopback (the raw blast needs both endpoints in this process)")
+	}
+	if o.ceiling && !o.p.Mode.IsBW() {
+		return usageErr("--ceiling compares bandwidth: use a *_bw mode")
+	}
+	if o.plot != "" && strings.HasSuffix(o.plot, ".png") {
+		o.plot = strings.TrimSuffix(o.plot, ".png") + ".svg"
+	}
+	if o.plot != "" && !strings.HasSuffix(o.plot, ".svg") {
+		o.plot += ".svg"
+	}
+	if err := o.p.Normalize(); err != nil {
+		return usageErr("%v", err)
+	}
+	ls, err := o.lf.settings()
+	if err != nil {
+		return linkExit(stderr, "goroce bench", err)
+	}
+	if o.loopback && (ls.Addr.IsValid() || ls.Dev != "") {
+		return usageErr("--loopback chooses the addresses (127.0.0.1 and 127.0.0.2): no --addr or --dev")
+	}
+
+	out := newBenchOutput(&o, stdout)
+	var rep *bench.Report
+	if o.loopback {
+		rep, err = benchLoopback(&o, ls, out, stderr)
+	} else {
+		rep, err = benchPeer(&o, ls, out, stderr)
+	}
+	if err != nil {
+		var le *linkError
+		if errors.As(err, &le) {
+			return linkExit(stderr, "goroce bench", err)
+		}
+		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
+		return exitFail
+	}
+	if err := out.finish(rep); err != nil {
+		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// benchOutput prints in the chosen format: perftest's text as the run goes,
+// or JSON/CSV at the end; and the plot files.
+type benchOutput struct {
+	o *benchOpts
+	w io.Writer
+}
+
+func newBenchOutput(o *benchOpts, w io.Writer) *benchOutput { return &benchOutput{o: o, w: w} }
+
+func (b *benchOutput) text() bool { return !b.o.json && !b.o.csv }
+
+func (b *benchOutput) hooks(progress io.Writer) bench.Hooks {
+	h := bench.Hooks{Progress: progress}
+	if b.text() {
+		h.Connected = func(r *bench.Report) { bench.PrintHeader(b.w, r) }
+		h.Result = func(r *bench.Report, res bench.Result) { bench.PrintResult(b.w, r, res) }
+	}
+	return h
+}
+
+func (b *benchOutput) finish(r *bench.Report) error {
+	switch {
+	case b.o.json:
+		if err := bench.WriteJSON(b.w, r); err != nil {
+			return err
+		}
+	case b.o.csv:
+		if err := bench.WriteCSV(b.w, r); err != nil {
+			return err
+		}
+	default:
+		bench.PrintFooter(b.w, r)
+	}
+	if b.o.plot == "" {
+		return nil
+	}
+	ch, err := bench.Plot(r)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name  string
+		write func(io.Writer) error
+	}{{b.o.plot, ch.WriteSVG}, {strings.TrimSuffix(b.o.plot, ".svg") + ".png", ch.WritePNG}} {
+		if err := writePlotFile(f.name, f.write); err != nil {
+			return err
+		}
+		if b.text() {
+			fmt.Fprintf(b.w, " plot written to %s\n", f.name)
+		}
+	}
+	return nil
+}
+
+func writePlotFile(name string, write func(io.Writer) error) error {
+	if dir := filepath.Dir(name); dir != "" {
+		if _, err := os.Stat(dir); err != nil {
+			return err
+		}
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// loopbackAddrs are the two sides of --loopback: server, client.
+var loopbackAddrs = [2]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}
+
+func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer) (*bench.Report, error) {
+	ss, cs := ls, ls
+	ss.Addr, cs.Addr = loopbackAddrs[0], loopbackAddrs[1]
+	cs.Pcap = "" // one capture (the server's link) sees both directions
+	name, cname := o.devName, o.devName+"-client"
+	if name == "" {
+		name, cname = "goroce0", "goroce1"
+	}
+	srv, err := openDevice(ss, "", name)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	cli, err := openDevice(cs, "", cname)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	rep, _, err := bench.RunLoopback(context.Background(), cli.Dev, srv.Dev, o.p, out.hooks(stderr))
+	if err != nil {
+		return rep, err
+	}
+	if o.ceiling {
+		// The devices must let go of the sockets first; the blast uses the
+		// same addresses, port and socket options.
+		cli.Close()
+		srv.Close()
+		if err := measureCeiling(o, ss, cs, rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func measureCeiling(o *benchOpts, ss, cs linkSettings, rep *bench.Report) error {
+	ss.Pcap, cs.Pcap = "", ""
+	dst, err := openLink(ss)
+	if err != nil {
+		return err
+	}
+	src, err := openLink(cs)
+	if err != nil {
+		dst.Close()
+		return err
+	}
+	dur := time.Second
+	if o.p.Duration > 0 {
+		dur = min(o.p.Duration, 5*time.Second)
+	}
+	c, err := bench.MeasureCeiling(context.Background(), src, dst, rep.MTU, dur)
+	if err != nil {
+		return err
+	}
+	rep.Ceiling = c
+	best := 0.0
+	for _, r := range rep.Results {
+		best = max(best, r.BW.BytesPerSec)
+	}
+	if c.PayloadBytesPerSec > 0 {
+		rep.CeilingRatio = best / c.PayloadBytesPerSec
+	}
+	return nil
+}
+
+// benchPeer runs one side against a peer process (goroce bench or perftest).
+func benchPeer(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer) (*bench.Report, error) {
+	port := strconv.Itoa(o.port)
+	var conn net.Conn
+	if o.host == "" {
+		ln, err := net.Listen("tcp", net.JoinHostPort("", port))
+		if err != nil {
+			return nil, fmt.Errorf("listening on TCP port %s: %w", port, err)
+		}
+		if out.text() {
+			fmt.Fprintln(out.w, "\n************************************")
+			fmt.Fprintln(out.w, "* Waiting for client to connect... *")
+			fmt.Fprintln(out.w, "************************************")
+		}
+		conn, err = ln.Accept()
+		ln.Close()
+		if err != nil {
+			return nil, err
+		}
+		// Without --addr or --dev, speak RoCE on the address the client
+		// reached us on, as a perftest server on that host would.
+		if !ls.Addr.IsValid() && ls.Dev == "" {
+			if ap, err := netip.ParseAddrPort(conn.LocalAddr().String()); err == nil {
+				ls.Addr = ap.Addr().Unmap()
+			}
+		}
+	} else {
+		var err error
+		if conn, err = dialRetry(net.JoinHostPort(o.host, port), 3*time.Second); err != nil {
+			return nil, fmt.Errorf("connecting to %s: %w", net.JoinHostPort(o.host, port), err)
+		}
+	}
+	defer conn.Close()
+	od, err := openDevice(ls, o.host, o.devName)
+	if err != nil {
+		return nil, err
+	}
+	defer od.Close()
+	return bench.RunPeer(context.Background(), od.Dev, conn, o.host != "", o.p, out.hooks(stderr))
+}
+
+// dialRetry dials addr, retrying a refused connection for up to wait (the
+// server may still be starting).
+func dialRetry(addr string, wait time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		c, err := net.DialTimeout("tcp", addr, wait)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			return c, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
