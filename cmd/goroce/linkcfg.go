@@ -31,8 +31,10 @@ import (
 
 	"github.com/goroce/goroce/hca"
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/afpacket"
 	"github.com/goroce/goroce/hca/link/pcap"
 	"github.com/goroce/goroce/hca/link/udp"
+	"github.com/goroce/goroce/hca/netcfg"
 )
 
 // Link backends and encapsulations accepted by --link and --encap.
@@ -376,6 +378,9 @@ func preferredAddr(addrs []netip.Addr) (netip.Addr, bool) {
 // openUDPLink is udp.Open; tests replace it to inject kernel failures.
 var openUDPLink = func(cfg udp.Config) (link.Endpoint, error) { return udp.Open(cfg) }
 
+// openAFPacketLink is afpacket.Open, replaceable by tests.
+var openAFPacketLink = func(cfg afpacket.Config) (link.Endpoint, error) { return afpacket.Open(cfg) }
+
 // openLink opens the endpoint for s (s.Addr already resolved).
 func openLink(s linkSettings) (link.Endpoint, error) {
 	switch s.Link {
@@ -383,6 +388,28 @@ func openLink(s linkSettings) (link.Endpoint, error) {
 		ep, err := openUDPLink(udp.Config{Addr: s.Addr, MTU: s.MTU})
 		if err != nil {
 			return nil, classifyOpenErr(err, fmt.Sprintf("udp link on %s port %d", s.Addr, udp.DefaultPort))
+		}
+		return ep, nil
+	case linkAFPacket:
+		if s.MTU != 0 {
+			return nil, linkErrf(errLinkConfig, nil, "--link-mtu applies to the udp link only (an afpacket link has its interface's MTU)")
+		}
+		cfg := afpacket.Config{Interface: s.Dev}
+		if s.Addr.IsValid() {
+			cfg.Addrs = []netip.Addr{s.Addr}
+		}
+		ep, err := openAFPacketLink(cfg)
+		if err != nil {
+			what := "afpacket link on " + s.Dev
+			switch {
+			case errors.Is(err, afpacket.ErrPermission):
+				return nil, linkErrf(errLinkPrivilege, err, "%s: permission denied (packet sockets need root or CAP_NET_RAW)", what)
+			case errors.Is(err, afpacket.ErrAddrNotOnInterface):
+				return nil, linkErrf(errLinkAddr, err, "%s", what)
+			case errors.Is(err, netcfg.ErrNoInterface):
+				return nil, linkErrf(errLinkNoInterface, err, "%s", what)
+			}
+			return nil, classifyOpenErr(err, what)
 		}
 		return ep, nil
 	}
@@ -440,7 +467,12 @@ func openDevice(s linkSettings, peer, name string) (*openedDevice, error) {
 		}
 		od.tap, od.capFile, ep = tap, f, tap
 	}
-	d, err := hca.Open(ep, hca.Options{Name: name, RoCEv1: s.Encap == encapRoCE1})
+	opts := hca.Options{Name: name, RoCEv1: s.Encap == encapRoCE1}
+	if ep.Format() == link.FormatEthernet {
+		// Next hops come from the kernel's routes and neighbour table.
+		opts.Resolver = netcfg.NewResolver(netcfg.ResolverConfig{Interface: s.Dev})
+	}
+	d, err := hca.Open(ep, opts)
 	if err != nil {
 		ep.Close()
 		if od.capFile != nil {

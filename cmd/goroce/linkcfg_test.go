@@ -203,7 +203,7 @@ func TestOpenDevicePrivilege(t *testing.T) {
 }
 
 func TestOpenDeviceUnavailableBackend(t *testing.T) {
-	for _, l := range []string{linkAFPacket, linkTUN, linkTAP} {
+	for _, l := range []string{linkTUN, linkTAP} {
 		_, err := openLink(linkSettings{Link: l, Dev: "x"})
 		if !errors.Is(err, errLinkUnavailable) {
 			t.Errorf("%s: error %v, want errLinkUnavailable", l, err)
