@@ -720,6 +720,10 @@ func (h *harness) vethPair(mtu int, loss bool) error {
 	return nil
 }
 
+// Both captures use --immediate-mode: without it libpcap hands packets over per ring block
+// (up to 1 s late), and the packets still in the ring when tcpdump is stopped are lost (the
+// host-path capture came out empty that way).
+
 // guestCapture runs tcpdump on vp1 inside the VM (the wire between rxev1 and rxev2) into the
 // guest's tmpfs; the returned stop function ends it and copies the file to h.caps.
 func (h *harness) guestCapture(base string) (func() (string, error), error) {
@@ -730,7 +734,7 @@ func (h *harness) guestCapture(base string) (func() (string, error), error) {
 	go func() {
 		defer close(done)
 		_, _ = h.agent.Run(ctx, agentproto.Request{Script: fmt.Sprintf(
-			"rm -f %[1]s; echo $$ > /tmp/capture.pid; exec tcpdump -i vp1 -n -s 0 -B 32768 -U -w %[1]s 'udp port 4791 or tcp port %[2]d'",
+			"rm -f %[1]s; echo $$ > /tmp/capture.pid; exec tcpdump -i vp1 -n -s 0 -B 32768 -U --immediate-mode -w %[1]s 'udp port 4791 or tcp port %[2]d'",
 			tmp, OOBPort), TimeoutMS: int64(ToolTimeout+120) * 1000}, nil, &buf, &buf)
 	}()
 	if err := waitFor(&buf, "listening on", done); err != nil {
@@ -765,7 +769,7 @@ var (
 // between goroce and the VM.
 func (h *harness) hostCapture(file string) (func() (string, error), error) {
 	_ = os.Remove(file)
-	cmd := exec.Command("ip", "netns", "exec", NetNS, "tcpdump", "-i", Bridge, "-n", "-s", "0", "-B", "32768",
+	cmd := exec.Command("ip", "netns", "exec", NetNS, "tcpdump", "-i", Bridge, "-n", "-s", "0", "-B", "32768", "--immediate-mode",
 		"-U", "-w", file, fmt.Sprintf("udp port 4791 or tcp port %d or arp", OOBPort))
 	var buf syncBuffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
