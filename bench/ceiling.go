@@ -21,13 +21,15 @@ import (
 type Ceiling struct {
 	// PacketBytes is the size of each frame (for the udp link the IP
 	// packet); Payload the RoCE payload it carries (the path MTU).
-	PacketBytes, Payload int
-	Sent, Delivered      int
-	Duration             time.Duration
+	PacketBytes int           `json:"packet_bytes"`
+	Payload     int           `json:"payload_bytes"`
+	Sent        int           `json:"sent"`
+	Delivered   int           `json:"delivered"`
+	Duration    time.Duration `json:"duration_ns"`
 	// PayloadBytesPerSec is Delivered*Payload per second: the rate at which
 	// RDMA payload could move if the HCA cost nothing.
-	PayloadBytesPerSec float64
-	PacketsPerSec      float64
+	PayloadBytesPerSec float64 `json:"payload_bytes_per_s"`
+	PacketsPerSec      float64 `json:"packets_per_s"`
 }
 
 // MeasureCeiling blasts RC RDMA WRITE MIDDLE packets of mtu payload bytes

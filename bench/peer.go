@@ -177,6 +177,9 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 		r := Result{BW: BWResult{Op: opName(rep.Params), Size: int(rr.Size), Iters: int(rr.Iters), QPs: rep.Params.QPs,
 			BytesPerSec: rr.BWAvg * f, PeakBytesPerSec: rr.BWPeak * f, MsgPerSec: rr.MsgRateAvg * 1e6}}
 		r.BW.Messages = r.BW.Iters * max(1, r.BW.QPs)
+		if r.BW.MsgPerSec > 0 {
+			r.BW.Duration = time.Duration(float64(r.BW.Messages) / r.BW.MsgPerSec * 1e9)
+		}
 		rep.Results = rep.Results[:0]
 		add(r)
 	}

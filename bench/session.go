@@ -667,13 +667,16 @@ func (s *Session) waitRecv(ctx context.Context, r *qpRes, i int, deadline time.T
 }
 
 // waitWrite polls the last byte of the peer's RDMA WRITE target until it
-// holds byte(i), as ib_write_lat spins on its buffer. QP.Stats takes the
-// lock under which the HCA places incoming data, which orders our read
-// after the write (and keeps the race detector right).
+// holds byte(i), as ib_write_lat spins on its buffer. It reads through
+// QP.ReadMR, under the lock with which the HCA places incoming data, so
+// that the poll is not a data race.
 func (s *Session) waitWrite(ctx context.Context, r *qpRes, i int, deadline time.Time) (bool, error) {
-	b := r.mr.Bytes()[s.bufSize+int(r.rsgl[0].Length)-1:]
+	off := s.bufSize + int(r.rsgl[0].Length) - 1
+	var b [1]byte
 	for n := 0; ; n++ {
-		r.qp.Stats()
+		if err := r.qp.ReadMR(r.mr, off, b[:]); err != nil {
+			return false, err
+		}
 		if b[0] == byte(i) {
 			return true, nil
 		}
@@ -719,6 +722,7 @@ func (s *Session) latRead(ctx context.Context, size int) (LatResult, error) {
 // atomicValue reads the 8-byte atomic target of QP i (for tests).
 func (s *Session) atomicValue(i int) uint64 {
 	r := s.qps[i]
-	r.qp.Stats() // orders the read after the responder's update
-	return binary.NativeEndian.Uint64(r.mr.Bytes()[s.bufSize:])
+	var b [8]byte
+	r.qp.ReadMR(r.mr, s.bufSize, b[:])
+	return binary.NativeEndian.Uint64(b[:])
 }
