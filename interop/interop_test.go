@@ -546,6 +546,10 @@ func runCase(t *testing.T, c Case, d Direction) {
 		goPcap = filepath.Join(h.caps, base+".goroce.pcap")
 	}
 	srv, cli := c.Commands(d, goPcap)
+	if err := h.portsFree(); err != nil {
+		detail = err.Error()
+		t.Fatal(err)
+	}
 	t.Logf("server (%s): %s", srv.Where, srv.Cmd)
 	t.Logf("client (%s): %s", cli.Where, cli.Cmd)
 
@@ -597,13 +601,17 @@ func runCase(t *testing.T, c Case, d Direction) {
 		files = append(files, goPcap)
 	}
 	var notes []string
-	for _, f := range files {
+	for i, f := range files {
+		label := "wire"
+		if i == 1 {
+			label = "goroce --pcap"
+		}
 		n, err := h.verifyCapture(f, c.Opcodes)
 		if err != nil {
-			detail = filepath.Base(f) + ": " + err.Error()
+			detail = label + " capture " + filepath.Base(f) + ": " + err.Error()
 			t.Fatal(detail)
 		}
-		notes = append(notes, n)
+		notes = append(notes, label+": "+n)
 	}
 	detail = strings.Join(append(notes, capNote), "; ")
 	t.Log(detail)
@@ -627,12 +635,17 @@ func (h *harness) pair(srv, cli Endpoint, d Direction) (sOut string, sCode int, 
 		return sOut, sCode, "", -1, errors.Join(fmt.Errorf("server never listened on TCP %d: %v", OOBPort, werr), sErr)
 	}
 	cOut, cCode, err = h.run(ctx, cli, &cbuf)
+	// A server whose client failed may wait for a peer forever: give it less time.
+	grace := 30 * time.Second
+	if err != nil || cCode != 0 {
+		grace = 5 * time.Second
+	}
 	select {
 	case <-sDone:
-	case <-time.After(30 * time.Second):
+	case <-time.After(grace):
 		cancel()
 		<-sDone
-		err = errors.Join(err, errors.New("server did not exit within 30 s of the client"))
+		err = errors.Join(err, fmt.Errorf("server did not exit within %v of the client", grace))
 	}
 	return sOut, sCode, cOut, cCode, errors.Join(err, sErr)
 }
@@ -659,6 +672,24 @@ func (h *harness) run(ctx context.Context, e Endpoint, buf *syncBuffer) (string,
 		return buf.String(), -1, err
 	}
 	return buf.String(), 0, nil
+}
+
+// portsFree waits until nothing listens on the out-of-band port in the guest or in NetNS,
+// so a server left over from a failed run cannot answer the next case's client.
+func (h *harness) portsFree() error {
+	probe := fmt.Sprintf("ss -Hltn 'sport = :%d' | grep -q .", OOBPort)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < 60; i++ {
+		_, code, err := h.guest(ctx, probe)
+		busyGuest := err == nil && code == 0
+		busyHost := exec.Command("ip", "netns", "exec", NetNS, "sh", "-c", probe).Run() == nil
+		if !busyGuest && !busyHost {
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("TCP %d still has a listener (guest or netns) from an earlier run", OOBPort)
 }
 
 // waitListen polls until something listens on TCP port where the server runs; it gives up

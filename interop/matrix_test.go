@@ -110,16 +110,16 @@ func TestCommands(t *testing.T) {
 	}{
 		{rc, GoroceToRxe,
 			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxe0 -g 1"},
-			Endpoint{"host", "goroce pingpong --qp rc -g 1 -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2"}},
+			Endpoint{"host", "goroce pingpong --qp rc -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2"}},
 		{rc, RxeToGoroce,
-			Endpoint{"host", "goroce pingpong --qp rc -g 1 -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p"},
+			Endpoint{"host", "goroce pingpong --qp rc -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p"},
 			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxe0 -g 1 10.66.0.1"}},
 		{rc, RxeToRxe,
 			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxev2 -g 1"},
 			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxev1 -g 1 10.99.0.2"}},
 		{bw, GoroceToRxe,
 			Endpoint{"guest", "timeout 120 ib_write_bw -s 1048576 -n 50 -d rxe0 -x 1 -F"},
-			Endpoint{"host", "goroce bench write_bw -x 1 -s 1048576 -n 50 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2"}},
+			Endpoint{"host", "goroce bench write_bw -s 1048576 -n 50 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2"}},
 	}
 	for _, tt := range tests {
 		srv, cli := tt.c.Commands(tt.d, "/p")

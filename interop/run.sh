@@ -24,7 +24,6 @@ for a in "$@"; do
     *) die "unknown argument '$a'" ;;
   esac
 done
-run=()
 if [ $smoke = 1 ]; then
   cases=$(sed -n 's/^var SmokeCases = \[\]string{\(.*\)}/\1/p' "$IOP_DIR/matrix.go" | tr -d '" ')
   [ -n "$cases" ] || die "cannot read SmokeCases from matrix.go"
@@ -36,10 +35,14 @@ rm -f "$RES/exit-code"
 t0=$(date +%s)
 log "go test -tags interop ./interop $([ $smoke = 1 ] && echo "(smoke: $GOROCE_INTEROP_CASES)")"
 # Progress on the terminal, the whole verbose log in go-test.log.  TestMain prints the table.
-(cd "$REPO_DIR" && "$GO" test -tags interop -count=1 -v -timeout 100m "${run[@]}" ./interop) \
+# The job gets its own process group (set -m), so an interrupt can be forwarded to exactly
+# go test and the test binary; TestMain tears down the VM and the netns on SIGTERM.
+set -m
+(cd "$REPO_DIR" && exec "$GO" test -tags interop -count=1 -v -timeout 100m ./interop) \
   > "$CACHE/go-test.log" 2>&1 &
 gopid=$!
-trap 'kill -INT $gopid 2>/dev/null; wait $gopid; exit 2' INT TERM
+set +m
+trap 'log "interrupted: stopping the run (teardown follows)"; kill -TERM -- -$gopid 2>/dev/null; wait $gopid; for _ in $(seq 60); do netns_exists || break; sleep 0.5; done; exit 2' INT TERM
 tail -n +1 -f "$CACHE/go-test.log" --pid=$gopid 2>/dev/null | grep --line-buffered -E '^\s*--- (PASS|FAIL|SKIP)|^\[interop' &
 wait $gopid
 sleep 0.5

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -209,6 +212,43 @@ func TestConcurrentAndAbandoned(t *testing.T) {
 			t.Fatalf("run %d after abandon: %+v %v %q", i, ex, err, out.String())
 		}
 	}
+}
+
+// TestAbandonKillsSession: a client that goes away must take down what its command
+// started, including children that moved to another process group, as timeout(1) does.
+func TestAbandonKillsSession(t *testing.T) {
+	if _, err := exec.LookPath("timeout"); err != nil {
+		t.Skip("no timeout(1) on this machine")
+	}
+	dir := startAgent(t, 1)
+	pidFile := filepath.Join(dir, "child.pid")
+	c := &Client{RunDir: dir, PortWait: 5 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// timeout(1) runs the shell in a new process group; that shell records its pid
+		_, _ = c.Run(ctx, Request{Script: "timeout 60 sh -c 'echo $$ > " + pidFile + "; exec sleep 60'"}, nil, nil, nil)
+	}()
+	var pid int
+	for i := 0; i < 100 && pid == 0; i++ {
+		time.Sleep(50 * time.Millisecond)
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if pid == 0 {
+		t.Fatal("the command never started")
+	}
+	cancel()
+	<-done
+	for i := 0; i < 100; i++ {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return // gone (or a zombie waiting for timeout(1), itself killed)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("pid %d (in timeout's own process group) survived its abandoned session", pid)
 }
 
 func TestNoAgent(t *testing.T) {

@@ -1,11 +1,14 @@
 package agentproto
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -81,13 +84,57 @@ type session struct {
 	stdinEnd sync.Once
 }
 
+// signal delivers sig to everything the command started. The command runs in its own
+// session (Setsid), and the whole session is signalled, not just the process group:
+// timeout(1), which every matrix tool runs under, moves itself and its child into a new
+// process group, so a group kill missed them and a killed ibv_rc_pingpong server lived on,
+// holding TCP 18515 for the next case.
 func (s *session) signal(sig syscall.Signal) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.finished || s.cmd == nil || s.cmd.Process == nil {
+	finished := s.finished
+	s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, sig) // the whole process group (Setpgid)
+	sid := s.cmd.Process.Pid
+	if !finished {
+		_ = syscall.Kill(-sid, sig) // the session leader's group
+	}
+	// Members that left the group (but not the session) - even after the leader exited.
+	for _, pid := range sessionMembers(sid) {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// sessionMembers lists the processes whose session ID is sid (from /proc/PID/stat).
+func sessionMembers(sid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp session ...; comm may contain spaces and ')'
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 3 {
+			if s, err := strconv.Atoi(f[3]); err == nil && s == sid {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }
 
 func (s *session) closeStdin() { s.stdinEnd.Do(func() { close(s.stdin) }) }
@@ -173,7 +220,7 @@ func (srv *Server) start(pw *portWriter, epoch uint64, req Request) *session {
 	if req.Dir != "" {
 		cmd.Dir = req.Dir
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // see session.signal
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return fail(CodeAgentFail, err.Error())
