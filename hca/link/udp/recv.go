@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/wire"
 )
@@ -263,17 +264,22 @@ func (r *rxState) findSegment(d []byte) int {
 	b0 := d[h:]
 	psn1 := (binary.BigEndian.Uint32(b0[8:]) + 1) & 0xFFFFFF
 	tries := 0
-	for g := bth12 + 4; g <= maxRoCEPacket && g+bth12+4 <= p; g += 4 {
+	// try reports whether g is the segment size: a BTH of the same flow
+	// with the next PSN sits at g, and the first segment's ICRC verifies.
+	try := func(g int) (ok, stop bool) {
+		if g+bth12+4 > p {
+			return false, false
+		}
 		c := d[h+g:]
 		if c[2] != b0[2] || c[3] != b0[3] || c[5] != b0[5] || c[6] != b0[6] || c[7] != b0[7] ||
 			binary.BigEndian.Uint32(c[8:])&0xFFFFFF != psn1 {
-			continue
+			return false, false
 		}
 		if (p+g-1)/g > 2*maxGSOSegments {
-			continue
+			return false, false
 		}
 		if tries++; tries > maxSplitTries {
-			return 0
+			return false, true
 		}
 		// Make d look like segment 0 for the ICRC, then restore it.
 		tot, ul := binary.BigEndian.Uint16(d[2:]), binary.BigEndian.Uint16(d[24:])
@@ -281,11 +287,29 @@ func (r *rxState) findSegment(d []byte) int {
 		binary.BigEndian.PutUint16(d[24:], uint16(udpHdr+g))
 		r.pkt = wire.Packet{Frame: d, Kind: wire.KindRoCEv2IPv4, IPOff: 0, UDPOff: ipv4Hdr,
 			BTHOff: h, ICRCOff: h + g - 4, LRHOff: -1, GRHOff: -1, EthOff: -1, VCRCOff: -1}
-		ok := wire.ICRC(d, &r.pkt) == binary.LittleEndian.Uint32(d[h+g-4:])
+		ok = wire.ICRC(d, &r.pkt) == binary.LittleEndian.Uint32(d[h+g-4:])
 		binary.BigEndian.PutUint16(d[2:], tot)
 		binary.BigEndian.PutUint16(d[24:], ul)
+		return ok, false
+	}
+	// Segments of a multi-packet message carry exactly one path MTU of
+	// payload (FIRST/MIDDLE, no pad): try those sizes before scanning.
+	if info := bth.Opcode(b0[0]).Info(); info.Valid() {
+		for m := 256; m <= 4096; m <<= 1 {
+			if ok, stop := try(info.HdrLen + m + 4); ok {
+				return info.HdrLen + m + 4
+			} else if stop {
+				return 0
+			}
+		}
+	}
+	for g := bth12 + 4; g <= maxRoCEPacket; g += 4 {
+		ok, stop := try(g)
 		if ok {
 			return g
+		}
+		if stop {
+			return 0
 		}
 	}
 	return 0
