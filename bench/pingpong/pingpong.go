@@ -84,6 +84,10 @@ type Result struct {
 
 // wr_id layout: the low byte is the C programs' PINGPONG_RECV_WRID (1) or
 // PINGPONG_SEND_WRID (2); receives carry their buffer slot above it.
+// pollSpins is how many empty polls the polling loop makes before it
+// blocks in CQ.Wait.
+const pollSpins = 64
+
 const (
 	recvWRID = 1
 	sendWRID = 2
@@ -464,7 +468,6 @@ func (s *Session) Run(ctx context.Context) (*Result, error) {
 		wcs = make([]hca.WC, cfg.SRQ+cfg.RxDepth)
 	}
 	start := time.Now()
-	spins := 0
 	for res.Recvs < iters || res.Sends < iters {
 		var n int
 		var err error
@@ -479,17 +482,22 @@ func (s *Session) Run(ctx context.Context) (*Result, error) {
 			}
 			n, err = s.cq.Poll(wcs)
 		} else {
-			for {
+			for spins := 0; ; spins++ {
 				n, err = s.cq.Poll(wcs)
 				if n > 0 || err != nil {
 					break
 				}
-				if spins++; spins&1023 == 0 {
-					if ctx.Err() != nil {
-						return res, fmt.Errorf("polling the CQ after %d sends and %d receives: %w", res.Sends, res.Recvs, ctx.Err())
-					}
+				if spins < pollSpins {
+					runtime.Gosched()
+					continue
 				}
-				runtime.Gosched()
+				// A spinning thread would take the core the HCA's own
+				// goroutines (or the peer process on the same host)
+				// need: after a short spin, sleep until a completion.
+				if err := s.cq.Wait(ctx); err != nil {
+					return res, fmt.Errorf("polling the CQ after %d sends and %d receives: %w", res.Sends, res.Recvs, err)
+				}
+				spins = 0
 			}
 		}
 		if err != nil {
