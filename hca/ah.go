@@ -23,6 +23,10 @@ type AHAttr struct {
 	DMAC net.HardwareAddr
 }
 
+// defaultHopLimit is Linux's default IPv4 TTL and IPv6 hop limit, the
+// hop limit a route gives unless configured otherwise.
+const defaultHopLimit = 64
+
 // AH is an address handle for UD sends.
 type AH struct {
 	pd    *PD
@@ -40,7 +44,7 @@ func (ah *AH) Attr() AHAttr { return ah.attr }
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	d := pd.dev
-	a, err := d.pathAddr(&attr, 0, 0)
+	a, err := d.pathAddr(&attr)
 	if err != nil {
 		return nil, err
 	}
@@ -118,9 +122,9 @@ func (t *ahTable) lookup(h uint32, dst *wire.Addr) bool {
 }
 
 // pathAddr builds the frame addressing for a path: source from the GID
-// table, destination from the DGID, next-hop MAC on Ethernet links. sport
-// is the UDP source port (0: computed per QP later).
-func (d *Device) pathAddr(attr *AHAttr, lqpn, rqpn uint32) (wire.Addr, error) {
+// table, destination from the DGID, next-hop MAC on Ethernet links. The
+// UDP source port is the link's fixed one or a placeholder the QP replaces.
+func (d *Device) pathAddr(attr *AHAttr) (wire.Addr, error) {
 	var a wire.Addr
 	sgid, err := d.QueryGID(attr.SGIDIndex)
 	if err != nil {
@@ -133,9 +137,14 @@ func (d *Device) pathAddr(attr *AHAttr, lqpn, rqpn uint32) (wire.Addr, error) {
 	if attr.FlowLabel > 0xFFFFF {
 		return a, fmt.Errorf("%w: flow label 0x%x exceeds 20 bits", ErrInvalidArg, attr.FlowLabel)
 	}
-	hop := attr.HopLimit
-	if hop == 0 {
-		hop = 64 // rxe sends TTL 64 when the AV's hop limit is 0 or 1 on IPv4; the field is masked in the ICRC
+	// The kernel's IB core resolves a RoCE AV through the IP route and
+	// replaces its hop limit with the route's (ib_resolve_unicast_gid_dmac),
+	// so rxe sends TTL 64 even when ibv_rc_pingpong asks for hop_limit 1
+	// (rc_pingpong.pcap). Only a link-local DGID keeps the AV's value. The
+	// field is masked in the ICRC either way.
+	hop := uint8(defaultHopLimit)
+	if dst.Is6() && dst.IsLinkLocalUnicast() && attr.HopLimit != 0 {
+		hop = attr.HopLimit
 	}
 	a = wire.Addr{
 		SrcIP: src, DstIP: dst, SGID: sgid, DGID: attr.DGID,

@@ -286,7 +286,7 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) error {
 	}
 	var path wire.Addr
 	if mask&transport.AttrAV != 0 && q.typ != UD {
-		path, err = d.pathAddr(&attr.AH, 0, 0)
+		path, err = d.pathAddr(&attr.AH)
 		if err != nil {
 			return err
 		}
@@ -489,10 +489,15 @@ func (q *QP) Destroy() error {
 	d.qps.set(uint32(q.qpn), nil)
 	d.nQP--
 	d.mu.Unlock()
+	// Send the responses already queued (the ACK of the last message the
+	// peer sent, say), then drop everything else without completions.
+	d.rt.mu.Lock()
 	q.mu.Lock()
+	d.rt.flushResponses(q, d.now())
 	reset := transport.Attr{State: StateReset}
 	_ = q.eng.Modify(d.now(), &reset, transport.AttrState)
 	q.mu.Unlock()
+	d.rt.mu.Unlock()
 	q.releaseRefs()
 	return nil
 }

@@ -156,6 +156,7 @@ func (rt *runtime) runReader() {
 			}
 			continue
 		}
+		raceAcquireLink()
 		rt.mu.Lock()
 		now := rt.d.now()
 		rt.receive(n, now)
@@ -389,16 +390,7 @@ func (rt *runtime) transmit(now transport.Time) {
 				d.Counters.TxNoRoute.Add(1)
 				continue
 			}
-			frame, err := wire.Finish(buf, bthOff, n, rt.framing, addr)
-			if err != nil {
-				d.Counters.TxErrors.Add(1)
-				continue
-			}
-			off := bthOff - addr.Headroom(rt.framing) // index of the frame's first byte in buf
-			rt.txOut = append(rt.txOut, buf[off-rt.lhr:off+len(frame)])
-			if len(rt.txOut) == cap(rt.txOut) {
-				rt.flush()
-			}
+			rt.queueFrame(buf, bthOff, n, addr)
 			if k == txBudget-1 {
 				more = true
 			}
@@ -415,6 +407,39 @@ func (rt *runtime) transmit(now transport.Time) {
 	rt.flush()
 }
 
+// flushResponses writes every response q has queued; rt.mu and q.mu must
+// be held. It is how a destroyed QP still acknowledges what it executed.
+func (rt *runtime) flushResponses(q *QP, now transport.Time) {
+	if !q.pathOK || q.typ == UD {
+		return
+	}
+	for k := 0; k < 4*txBudget; k++ {
+		buf := rt.txBuf[len(rt.txOut)]
+		bthOff := rt.lhr + headroom
+		n, ok := q.eng.TransmitResponse(now, buf[bthOff:])
+		if !ok {
+			break
+		}
+		rt.queueFrame(buf, bthOff, n, &q.path)
+	}
+	rt.flush()
+}
+
+// queueFrame wraps the packet at buf[bthOff:bthOff+n] in its frame and adds
+// it to the transmit batch, flushing a full batch; rt.mu must be held.
+func (rt *runtime) queueFrame(buf []byte, bthOff, n int, addr *wire.Addr) {
+	frame, err := wire.Finish(buf, bthOff, n, rt.framing, addr)
+	if err != nil {
+		rt.d.Counters.TxErrors.Add(1)
+		return
+	}
+	off := bthOff - addr.Headroom(rt.framing) // index of the frame's first byte in buf
+	rt.txOut = append(rt.txOut, buf[off-rt.lhr:off+len(frame)])
+	if len(rt.txOut) == cap(rt.txOut) {
+		rt.flush()
+	}
+}
+
 func (rt *runtime) afterEngineNoActivate(q *QP) {
 	dl := q.eng.Deadline()
 	if dl != transport.Never && dl != q.sched {
@@ -428,6 +453,7 @@ func (rt *runtime) flush() {
 		return
 	}
 	d := rt.d
+	raceReleaseLink()
 	n, err := rt.ep.Write(rt.txOut, rt.lhr)
 	d.Counters.TxFrames.Add(uint64(n))
 	for _, f := range rt.txOut[:n] {

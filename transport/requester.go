@@ -378,3 +378,18 @@ func (q *QP) position() {
 		q.reqPSN = w.firstPSN
 	}
 }
+
+// TransmitResponse is Transmit restricted to responder output (ACKs, NAKs,
+// READ responses, atomic ACKs already queued): the owner calls it when it
+// destroys a QP, so that the peer still gets the acknowledgements of
+// requests this QP has executed — as rxe's destroy lets its responder task
+// finish — without starting any new request.
+func (q *QP) TransmitResponse(now Time, buf []byte) (n int, ok bool) {
+	if len(buf) < int(q.pmtu)+64 {
+		return 0, false
+	}
+	if n, ok = q.respTransmit(buf); ok {
+		q.stats.TxPackets++
+	}
+	return n, ok
+}
