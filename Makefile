@@ -22,7 +22,7 @@ vet: ## go vet
 	$(GO) vet $(PKGS)
 
 unit: ## go test (with -race), including fuzz seed corpora and root-only tests when root
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
 fuzz-smoke: ## run every fuzz target for a short time
 	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
