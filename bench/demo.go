@@ -117,7 +117,7 @@ func RunChecks(ctx context.Context, p *Pair) []Check {
 		if _, err := expectWC(ctx, a.CQ, transport.WCRDMAWrite, "write"); err != nil {
 			return err
 		}
-		if !bytes.Equal(b.Buf[:n], a.Buf[:n]) {
+		if !bytes.Equal(readMR(b, 0, n), a.Buf[:n]) {
 			return fmt.Errorf("target memory differs")
 		}
 		return nil
@@ -147,6 +147,7 @@ func RunChecks(ctx context.Context, p *Pair) []Check {
 
 	add(fmt.Sprintf("RDMA_READ %d B", n), func() error {
 		pattern(b.Buf[half:half+n], 5)
+		b.QP.Stats() // publish: B's HCA reads this memory under B's QP lock
 		clear(a.Buf[half : half+n])
 		if err := a.QP.PostSend(&hca.SendWR{ID: 5, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
 			SGL: []hca.SGE{a.MR.SGE(half, n)}, RemoteAddr: b.MR.Addr() + uint64(half), RKey: b.MR.RKey()}); err != nil {
@@ -163,6 +164,7 @@ func RunChecks(ctx context.Context, p *Pair) []Check {
 
 	add("ATOMIC_FETCH_AND_ADD", func() error {
 		binary.NativeEndian.PutUint64(b.Buf[64:], 1000)
+		b.QP.Stats() // publish, as above
 		if err := a.QP.PostSend(&hca.SendWR{ID: 6, Opcode: transport.WRAtomicFetchAndAdd, Flags: transport.SendSignaled,
 			SGL: []hca.SGE{a.MR.SGE(128, 8)}, RemoteAddr: b.MR.Addr() + 64, RKey: b.MR.RKey(), CompareAdd: 42}); err != nil {
 			return err
@@ -170,7 +172,7 @@ func RunChecks(ctx context.Context, p *Pair) []Check {
 		if _, err := expectWC(ctx, a.CQ, transport.WCFetchAdd, "fetch-add"); err != nil {
 			return err
 		}
-		if got, now := binary.NativeEndian.Uint64(a.Buf[128:]), binary.NativeEndian.Uint64(b.Buf[64:]); got != 1000 || now != 1042 {
+		if got, now := binary.NativeEndian.Uint64(a.Buf[128:]), binary.NativeEndian.Uint64(append(readMR(b, 64, 8), make([]byte, 8)...)); got != 1000 || now != 1042 {
 			return fmt.Errorf("returned %d (want 1000), target %d (want 1042)", got, now)
 		}
 		return nil
@@ -184,12 +186,23 @@ func RunChecks(ctx context.Context, p *Pair) []Check {
 		if _, err := expectWC(ctx, a.CQ, transport.WCCompSwap, "cmp-swap"); err != nil {
 			return err
 		}
-		if got, now := binary.NativeEndian.Uint64(a.Buf[136:]), binary.NativeEndian.Uint64(b.Buf[64:]); got != 1042 || now != 7 {
+		if got, now := binary.NativeEndian.Uint64(a.Buf[136:]), binary.NativeEndian.Uint64(append(readMR(b, 64, 8), make([]byte, 8)...)); got != 1042 || now != 7 {
 			return fmt.Errorf("returned %d (want 1042), target %d (want 7)", got, now)
 		}
 		return nil
 	}())
 	return out
+}
+
+// readMR reads s's registered memory under s's QP lock. Memory that s's
+// HCA wrote for the peer's RDMA WRITE or atomic is ordered with this
+// goroutine by no completion of s's own, so it must be read this way.
+func readMR(s *Side, off, n int) []byte {
+	b := make([]byte, n)
+	if err := s.QP.ReadMR(s.MR, off, b); err != nil {
+		return nil // fails the comparison that follows
+	}
+	return b
 }
 
 // WriteBW measures RDMA WRITE bandwidth from A to B with depth WRs in

@@ -207,6 +207,9 @@ func (p *Params) Normalize() error {
 	if p.QPs < 1 || p.QPs > 1024 {
 		return fmt.Errorf("%w: -q %d out of [1, 1024]", ErrParams, p.QPs)
 	}
+	if !p.Mode.IsBW() && p.QPs > 1 {
+		return fmt.Errorf("%w: latency tests use one QP (-q %d)", ErrParams, p.QPs)
+	}
 	if p.Duration < 0 {
 		return fmt.Errorf("%w: negative duration", ErrParams)
 	}

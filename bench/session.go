@@ -73,9 +73,6 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 	if err := p.Normalize(); err != nil {
 		return nil, err
 	}
-	if !p.Mode.IsBW() && p.QPs > 1 {
-		return nil, fmt.Errorf("%w: latency tests use one QP (-q %d)", ErrParams, p.QPs)
-	}
 	s := &Session{p: p, client: client, dev: dev}
 	gi, err := pickGID(dev, p.GIDIndex)
 	if err != nil {

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"image"
+	_ "image/png"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/goroce/goroce/bench"
+)
+
+func TestBenchUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench"},
+		{"bench", "write"},
+		{"bench", "write_bw", "h1", "h2"},
+		{"bench", "write_bw", "-m", "1000"},
+		{"bench", "write_bw", "-s", "-4"},
+		{"bench", "write_bw", "-q", "0", "--loopback", "-n", "x"},
+		{"bench", "write_bw", "--bogus"},
+		{"bench", "write_bw", "--json", "--csv", "--loopback"},
+		{"bench", "write_bw", "--loopback", "127.0.0.1"},
+		{"bench", "write_bw", "--ceiling"},
+		{"bench", "send_lat", "--loopback", "--ceiling"},
+		{"bench", "atomic_bw", "-A", "SWAP"},
+		{"bench", "atomic_bw", "-a"},
+		{"bench", "write_bw", "-a", "-D", "1"},
+		{"bench", "write_bw", "-D", "-1"},
+		{"bench", "write_bw", "-u", "40"},
+		{"bench", "write_bw", "-p", "70000"},
+		{"bench", "send_lat", "-q", "2", "--loopback", "--max_size", "3"},
+		{"bench", "write_bw", "--loopback", "--addr", "127.0.0.5"},
+		{"bench", "write_bw", "--link", "carrier-pigeon"},
+	} {
+		st, out, errOut := runCLI(args...)
+		if st != exitUsage {
+			t.Errorf("%q: status %d, want %d (usage)\nstdout: %s\nstderr: %s", args, st, exitUsage, out, errOut)
+		}
+		if errOut == "" {
+			t.Errorf("%q: nothing on stderr", args)
+		}
+	}
+	st, out, _ := runCLI("bench", "--help")
+	if st != exitOK || !strings.Contains(out, "MODE is one of: send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat") ||
+		!strings.Contains(out, "--link") || !strings.Contains(out, "-report_gbits") {
+		t.Errorf("bench --help: status %d\n%s", st, out)
+	}
+}
+
+// inNetNS runs f on a thread inside a fresh network namespace with lo up:
+// goroce bench's sockets (UDP 4791 on 127.0.0.1/.2, TCP 18515) are created
+// there, so the test neither disturbs nor is disturbed by the host. It
+// skips unless root.
+func inNetNS(t *testing.T, fs ...func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespace and the udp link's raw socket")
+	}
+	var h netns.NsHandle
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies in the namespace
+		if h, err = netns.New(); err != nil {
+			return
+		}
+		var lo netlink.Link
+		if lo, err = netlink.LinkByName("lo"); err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+	}()
+	<-done
+	if err != nil {
+		t.Fatalf("network namespace: %v", err)
+	}
+	defer h.Close()
+	var wg sync.WaitGroup
+	for _, f := range fs {
+		wg.Go(func() {
+			runtime.LockOSThread() // never unlocked, as above
+			if err := netns.Set(h); err != nil {
+				t.Errorf("entering the namespace: %v", err)
+				return
+			}
+			f()
+		})
+	}
+	wg.Wait()
+}
+
+func TestBenchLoopbackJSON(t *testing.T) {
+	var st int
+	var out, errOut string
+	inNetNS(t, func() {
+		st, out, errOut = runCLI("bench", "write_bw", "--loopback", "-n", "200", "-s", "16384", "-q", "2", "--json", "--ceiling")
+	})
+	if st != exitOK {
+		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
+	}
+	var j bench.JSONReport
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if j.Mode != "write_bw" || j.Role != "client" || j.QPs != 2 || len(j.Results) != 1 || j.MTU != 4096 {
+		t.Fatalf("%+v", j)
+	}
+	r := j.Results[0]
+	if r.Bytes != 16384 || r.Iterations != 200 || r.Messages != 400 || !(r.BWAvgMBps > 0) {
+		t.Fatalf("result %+v", r)
+	}
+	if j.CeilingRatio == nil || !(*j.CeilingRatio > 0) || j.Ceiling == nil || j.Ceiling.Delivered == 0 || j.Ceiling.Payload != 4096 {
+		t.Fatalf("ceiling %v %+v", j.CeilingRatio, j.Ceiling)
+	}
+	if !strings.Contains(out, `"ceiling_ratio":`) {
+		t.Fatal("no ceiling_ratio field")
+	}
+}
+
+func TestBenchLoopbackText(t *testing.T) {
+	dir := t.TempDir()
+	plot := filepath.Join(dir, "lat.svg")
+	var st int
+	var out, errOut string
+	inNetNS(t, func() {
+		st, out, errOut = runCLI("bench", "send_lat", "--loopback", "-a", "--max_size", "256", "-n", "50", "-F", "--plot", plot)
+	})
+	if st != exitOK {
+		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
+	}
+	for _, want := range []string{"                    Send Latency Test\n", " Mtu             : 4096[B]\n", " local address: LID 0000 QPN 0x",
+		" #bytes #iterations    t_min[usec]", "\n 256     50    "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := len(regexp.MustCompile(`(?m)^ \d+ +50 +\d`).FindAllString(out, -1)); n != 8 {
+		t.Errorf("%d result lines, want 8 (2..256):\n%s", n, out)
+	}
+	for _, f := range []string{plot, strings.TrimSuffix(plot, ".svg") + ".png"} {
+		b, err := os.ReadFile(f)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if strings.HasSuffix(f, ".png") {
+			if _, _, err := image.Decode(bytes.NewReader(b)); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		} else if !bytes.HasPrefix(b, []byte("<svg ")) {
+			t.Fatalf("%s does not start with <svg", f)
+		}
+	}
+}
+
+// TestBenchClientServer runs two goroce bench commands against each other,
+// as two hosts would: the server without HOST, the client with it.
+func TestBenchClientServer(t *testing.T) {
+	for _, mode := range []string{"read_bw", "send_bw", "write_lat"} {
+		t.Run(mode, func(t *testing.T) {
+			port := strconv.Itoa(20000 + int(mode[0])) // namespaces are fresh: any port is free
+			var sst, cst int
+			var sout, serr, cout, cerr string
+			inNetNS(t, func() {
+				sst, sout, serr = runCLI("bench", mode, "-p", port, "-n", "100", "--csv", "--addr", "127.0.0.1")
+			}, func() {
+				cst, cout, cerr = runCLI("bench", mode, "127.0.0.1", "-p", port, "-n", "100", "--csv", "--addr", "127.0.0.2")
+			})
+			if sst != exitOK || cst != exitOK {
+				t.Fatalf("server %d: %s %s\nclient %d: %s %s", sst, sout, serr, cst, cout, cerr)
+			}
+			rows, err := csv.NewReader(strings.NewReader(cout)).ReadAll()
+			if err != nil || len(rows) != 2 || rows[1][0] != mode || rows[1][2] != "100" {
+				t.Fatalf("client csv %q: %v", rows, err)
+			}
+			if mode != "write_lat" {
+				rows, err = csv.NewReader(strings.NewReader(sout)).ReadAll()
+				if err != nil || len(rows) != 2 || rows[1][2] != "100" {
+					t.Fatalf("server csv %q: %v", rows, err)
+				}
+			}
+		})
+	}
+}
