@@ -18,7 +18,10 @@ import (
 // it (stdlib only: SVG by hand, PNG rasterized with a built-in 5x7 font).
 type Chart struct {
 	Title, YLabel string
-	Series        []Series
+	// LogY draws y on a log10 scale (latency charts, whose tails span
+	// decades).
+	LogY   bool
+	Series []Series
 }
 
 // Series is one line.
@@ -65,7 +68,8 @@ func Plot(r *Report) (*Chart, error) {
 			kind = "round trip"
 		}
 		c.Title = fmt.Sprintf("goroce %s, MTU %d: latency (%s)", p.Mode, r.MTU.Bytes(), kind)
-		c.YLabel = "usec"
+		c.YLabel = "usec (log scale)"
+		c.LogY = true
 		us := func(d time.Duration) float64 { return float64(d) / 1e3 }
 		add("min", func(x Result) (int, float64) { return x.Lat.Size, us(x.Lat.Min) })
 		add("p50", func(x Result) (int, float64) { return x.Lat.Size, us(x.Lat.Typical) })
@@ -85,18 +89,47 @@ type axes struct {
 	x0, x1 int     // log2 range
 	ymax   float64 // nice maximum
 	ystep  float64
+	logY   bool
+	l0, l1 int // log10 range of y when logY
+}
+
+// yTicks returns the y values of the grid lines.
+func (a axes) yTicks() []float64 {
+	var t []float64
+	if a.logY {
+		for l := a.l0; l <= a.l1; l++ {
+			t = append(t, math.Pow(10, float64(l)))
+		}
+		return t
+	}
+	for y := 0.0; y <= a.ymax+a.ystep/2; y += a.ystep {
+		t = append(t, y)
+	}
+	return t
 }
 
 func (c *Chart) axes() axes {
-	a := axes{x0: 64, x1: 0}
-	ymax := 0.0
+	a := axes{x0: 64, x1: 0, logY: c.LogY}
+	ymax, ymin := 0.0, math.Inf(1)
 	for _, s := range c.Series {
 		for i, n := range s.Sizes {
 			l := log2(n)
 			a.x0, a.x1 = min(a.x0, l), max(a.x1, l)
 			if !math.IsNaN(s.Y[i]) && !math.IsInf(s.Y[i], 0) {
 				ymax = max(ymax, s.Y[i])
+				if s.Y[i] > 0 {
+					ymin = min(ymin, s.Y[i])
+				}
 			}
+		}
+	}
+	if a.logY {
+		if math.IsInf(ymin, 1) {
+			ymin, ymax = 1, 10
+		}
+		a.l0, a.l1 = int(math.Floor(math.Log10(ymin))), int(math.Ceil(math.Log10(ymax)))
+		if a.l1 <= a.l0 {
+			a.l1 = a.l0 + 1
 		}
 	}
 	if a.x1 <= a.x0 {
@@ -130,7 +163,14 @@ func (a axes) px(l float64) float64 {
 }
 
 func (a axes) py(y float64) float64 {
-	return float64(plotH-marB) - y/a.ymax*float64(plotH-marginT-marB)
+	h := float64(plotH - marginT - marB)
+	if a.logY {
+		if y <= 0 {
+			y = math.Pow(10, float64(a.l0))
+		}
+		return float64(plotH-marB) - (math.Log10(y)-float64(a.l0))/float64(a.l1-a.l0)*h
+	}
+	return float64(plotH-marB) - y/a.ymax*h
 }
 
 // sizeLabel prints 2, 512, 1K, 64K, 8M.
@@ -166,7 +206,7 @@ func (c *Chart) WriteSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", plotW, plotH)
 	fmt.Fprintf(&b, `<text x="%d" y="28" font-size="16" font-weight="bold">%s</text>`+"\n", marginL, esc(c.Title))
 	bottom, right := plotH-marB, plotW-marginR
-	for y := 0.0; y <= a.ymax+a.ystep/2; y += a.ystep {
+	for _, y := range a.yTicks() {
 		py := a.py(y)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#dddddd"/>`+"\n", marginL, py, right, py)
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", marginL-8, py+4, yLabel(y))
@@ -212,7 +252,7 @@ func (c *Chart) WritePNG(w io.Writer) error {
 	_ = white
 	bottom, right := plotH-marB, plotW-marginR
 	drawText(img, marginL, 10, c.Title, black, 2)
-	for y := 0.0; y <= a.ymax+a.ystep/2; y += a.ystep {
+	for _, y := range a.yTicks() {
 		py := int(math.Round(a.py(y)))
 		line(img, marginL, py, right, py, grid, 1)
 		l := yLabel(y)
