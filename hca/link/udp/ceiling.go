@@ -1,0 +1,204 @@
+//go:build linux
+
+package udp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/link"
+)
+
+// BlastConfig configures Blast, the raw path ceiling of `goroce bench
+// --ceiling`: plain UDP datagrams of a RoCE packet's size between the
+// addresses and port an Endpoint pair would use, with the Endpoint's socket
+// options (buffer sizes, IP_PMTUDISC_DO, UDP GSO of up to 64 segments per
+// super-datagram, sendmmsg batches of BatchSize) and none of its per-packet
+// work (no ICRC, no raw-socket receive, no header checks).
+type BlastConfig struct {
+	// Src and Dst are the two local addresses (same family, required).
+	Src, Dst netip.Addr
+	// Port is both sockets' port (default DefaultPort).
+	Port uint16
+	// Size is the UDP payload of each datagram: a RoCE packet from BTH to
+	// ICRC (required).
+	Size int
+	// BatchSize is the messages per sendmmsg (default link.IdealBatchSize).
+	BatchSize int
+	// NoGSO sends one datagram per message, as Config.NoGSO does.
+	NoGSO bool
+	// Duration of the blast (default 1 s).
+	Duration time.Duration
+	// SocketBuf is SO_SNDBUF/SO_RCVBUF (default DefaultSocketBuffer).
+	SocketBuf int
+}
+
+// BlastResult counts the datagrams of a Blast.
+type BlastResult struct {
+	Sent, Received uint64
+	Duration       time.Duration
+}
+
+// Blast sends datagrams from cfg.Src to cfg.Dst for cfg.Duration while a
+// goroutine receives them (recvmmsg, UDP GRO on: a GSO super-datagram on
+// loopback arrives whole, as the Endpoint's IPv4 raw socket sees it), and
+// counts what arrives.
+func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
+	var res BlastResult
+	if !cfg.Src.IsValid() || !cfg.Dst.IsValid() || cfg.Src.Is4() != cfg.Dst.Is4() {
+		return res, fmt.Errorf("udp: blast needs two addresses of one family, have %v and %v", cfg.Src, cfg.Dst)
+	}
+	if cfg.Size <= 0 || cfg.Size > 65507 {
+		return res, fmt.Errorf("udp: blast datagram size %d", cfg.Size)
+	}
+	if cfg.Port == 0 {
+		cfg.Port = DefaultPort
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = link.IdealBatchSize
+	}
+	if cfg.Duration <= 0 {
+		cfg.Duration = time.Second
+	}
+	if cfg.SocketBuf <= 0 {
+		cfg.SocketBuf = DefaultSocketBuffer
+	}
+	segs := min(maxGSOSegments, 65507/cfg.Size)
+	if cfg.NoGSO || segs < 2 {
+		segs = 1
+	}
+	tx, err := blastSocket(cfg.Src, cfg.Port, 0, cfg.SocketBuf)
+	if err != nil {
+		return res, err
+	}
+	defer unix.Close(tx)
+	rx, err := blastSocket(cfg.Dst, cfg.Port, cfg.SocketBuf, 0)
+	if err != nil {
+		return res, err
+	}
+	defer unix.Close(rx)
+	if segs > 1 {
+		if err := unix.SetsockoptInt(tx, unix.IPPROTO_UDP, unix.UDP_SEGMENT, cfg.Size); err != nil {
+			segs = 1 // no GSO on this kernel: datagrams one by one
+		}
+	}
+	_ = unix.SetsockoptInt(rx, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+	_ = unix.SetsockoptTimeval(rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 20000})
+
+	// Sender: BatchSize messages of segs datagrams each to Dst:Port.
+	var sa4 unix.RawSockaddrInet4
+	var sa6 unix.RawSockaddrInet6
+	var name *byte
+	var namelen uint32
+	port := [2]byte{byte(cfg.Port >> 8), byte(cfg.Port)}
+	if cfg.Dst.Is4() {
+		sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: cfg.Dst.As4()}
+		*(*[2]byte)(unsafe.Pointer(&sa4.Port)) = port
+		name, namelen = (*byte)(unsafe.Pointer(&sa4)), unix.SizeofSockaddrInet4
+	} else {
+		sa6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: cfg.Dst.As16()}
+		*(*[2]byte)(unsafe.Pointer(&sa6.Port)) = port
+		name, namelen = (*byte)(unsafe.Pointer(&sa6)), unix.SizeofSockaddrInet6
+	}
+	data := make([]byte, cfg.BatchSize*segs*cfg.Size)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	msgs := make([]unix.Mmsghdr, cfg.BatchSize)
+	iovs := make([]unix.Iovec, cfg.BatchSize)
+	for i := range msgs {
+		setIov(&iovs[i], data[i*segs*cfg.Size:(i+1)*segs*cfg.Size])
+		msgs[i].Hdr.Iov = &iovs[i]
+		msgs[i].Hdr.SetIovlen(1)
+		msgs[i].Hdr.Name, msgs[i].Hdr.Namelen = name, namelen
+	}
+
+	var stop atomic.Bool
+	var rxBytes atomic.Uint64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		const rbuf = 65536
+		rdata := make([]byte, cfg.BatchSize*rbuf)
+		rmsgs := make([]unix.Mmsghdr, cfg.BatchSize)
+		riovs := make([]unix.Iovec, cfg.BatchSize)
+		for i := range rmsgs {
+			setIov(&riovs[i], rdata[i*rbuf:(i+1)*rbuf])
+			rmsgs[i].Hdr.Iov = &riovs[i]
+			rmsgs[i].Hdr.SetIovlen(1)
+		}
+		for !stop.Load() {
+			n, errno := mmsg(unix.SYS_RECVMMSG, uintptr(rx), rmsgs, 0)
+			if errno != 0 {
+				continue // timeout or EINTR: check stop
+			}
+			var b uint64
+			for i := range rmsgs[:n] {
+				b += uint64(rmsgs[i].Len)
+			}
+			rxBytes.Add(b)
+		}
+	})
+	start := time.Now()
+	var serr error
+	for time.Since(start) < cfg.Duration && ctx.Err() == nil {
+		n, errno := mmsg(unix.SYS_SENDMMSG, uintptr(tx), msgs, 0)
+		if errno != 0 {
+			if errno == unix.EINTR || errno == unix.EAGAIN || errno == unix.ENOBUFS {
+				continue
+			}
+			serr = fmt.Errorf("udp: blast sendmmsg: %w", errno)
+			break
+		}
+		res.Sent += uint64(n * segs)
+	}
+	res.Duration = time.Since(start)
+	time.Sleep(50 * time.Millisecond) // let the receiver drain
+	stop.Store(true)
+	wg.Wait()
+	res.Received = rxBytes.Load() / uint64(cfg.Size)
+	if serr == nil && ctx.Err() != nil {
+		serr = ctx.Err()
+	}
+	return res, serr
+}
+
+// blastSocket is a blocking UDP socket bound to a:port with the Endpoint's
+// buffer and path MTU discovery options.
+func blastSocket(a netip.Addr, port uint16, rcv, snd int) (int, error) {
+	fam := unix.AF_INET
+	if a.Is6() {
+		fam = unix.AF_INET6
+	}
+	fd, err := unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return -1, fmt.Errorf("udp: socket: %w", err)
+	}
+	setBuffers(fd, rcv, snd)
+	var sa unix.Sockaddr
+	if a.Is4() {
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		sa = &unix.SockaddrInet4{Port: int(port), Addr: a.As4()}
+	} else {
+		err = errors.Join(unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1),
+			unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO))
+		sa = &unix.SockaddrInet6{Port: int(port), Addr: a.As16()}
+	}
+	if err == nil {
+		if err = unix.Bind(fd, sa); err != nil {
+			err = fmt.Errorf("udp: bind %v port %d: %w", a, port, err)
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
