@@ -47,9 +47,14 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 			q.nakRetry()
 			return
 		}
-		// SEND/WRITE: implicitly acknowledged.
+		// SEND/WRITE: implicitly acknowledged. Progress resets the retry
+		// counters and ends a NAK-started retry, whatever kind of
+		// response this is (rxe_comp.c check_psn: reset_retry_counters
+		// before COMPST_COMP_WQE), so a sequence NAK that acknowledges
+		// the head implicitly starts a retry of its own.
 		q.compPSN = w.lastPSN.Add(1)
 		q.completeHead(StatusSuccess)
+		q.resetRetry()
 		progress = true
 		if q.state != StateRTS && q.state != StateSQD {
 			return
@@ -180,8 +185,7 @@ func (q *QP) ackProgress(now Time) {
 	if q.state != StateRTS && q.state != StateSQD {
 		return
 	}
-	q.retryLeft, q.rnrLeft = q.retryCnt, q.rnrRetry
-	q.retryPending = false
+	q.resetRetry()
 	q.syncReq()
 	if q.compPSN != q.reqPSN && q.timeout > 0 {
 		q.timerArmed = true
@@ -190,6 +194,13 @@ func (q *QP) ackProgress(now Time) {
 		q.timerArmed = false
 	}
 	q.completeHeadLocalErr()
+}
+
+// resetRetry mirrors rxe_comp.c reset_retry_counters: retry_cnt and
+// rnr_retry start over and a NAK-started retry is over (started_retry = 0).
+func (q *QP) resetRetry() {
+	q.retryLeft, q.rnrLeft = q.retryCnt, q.rnrRetry
+	q.retryPending = false
 }
 
 // syncReq moves the requester forward when go-back-N left it behind the

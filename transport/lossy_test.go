@@ -220,6 +220,11 @@ func runLossy(t *testing.T, n [2]int, seed uint64, f tt.Faults) {
 		if p.w.Now > 3600e9 {
 			t.Fatalf("virtual time ran past an hour")
 		}
+		for i, qp := range p.w.QP {
+			if err := qp.CheckRequester(); err != nil {
+				t.Fatalf("QP %c at %v ns: %v", 'A'+i, p.w.Now, err)
+			}
+		}
 		for _, d := range dirs {
 			d.check()
 		}

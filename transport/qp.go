@@ -505,6 +505,9 @@ func (q *QP) completeHead(status Status) {
 	} else {
 		q.reqIdx = q.sqHead + 1
 		q.reqOff = 0
+		if q.cfg.Type == RC && status == StatusSuccess && q.sqHead < q.hiIdx {
+			q.reqPSN = w.lastPSN.Add(1)
+		}
 	}
 	if q.hiIdx <= q.sqHead {
 		q.hiIdx = q.sqHead + 1

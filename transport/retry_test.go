@@ -1,0 +1,156 @@
+package transport_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/transport"
+	tt "github.com/goroce/goroce/transport/transporttest"
+)
+
+// xmit drains q's transmit queue and returns copies of the packets.
+func xmit(q *transport.QP, now transport.Time) [][]byte {
+	var out [][]byte
+	buf := make([]byte, 4096+128)
+	for {
+		n, _, ok := q.Transmit(now, buf)
+		if !ok {
+			return out
+		}
+		out = append(out, append([]byte(nil), buf[:n]...))
+	}
+}
+
+func deliver(q *transport.QP, now transport.Time, pkts ...[]byte) {
+	info := tt.GRHFor(0)
+	for _, p := range pkts {
+		q.Receive(now, p, &info)
+	}
+}
+
+// describe lists opcode@PSN of pkts, for failure messages and assertions.
+func describe(pkts [][]byte) string {
+	var b bytes.Buffer
+	for i, p := range pkts {
+		h := bth.Header(p)
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%v@%v", h.Opcode(), h.PSN())
+		if h.Opcode() == bth.OpRCAcknowledge {
+			fmt.Fprintf(&b, "(%v)", bth.AETH(p[bth.HeaderLen:]).Syndrome())
+		}
+	}
+	return b.String()
+}
+
+// TestGoBackHeadCompletedBySeqNAK is the minimized reproduction of the
+// failure first seen over AF_PACKET with a 1 ms local ACK timeout (shorter
+// than the RTT) and 2% loss: a send completing with REM_INV_REQ_ERR, or the
+// peer's receive queue flushed, or — found by the simulated wire — a message
+// silently replaced by a later one.
+//
+// The requester goes back to the middle of the oldest message M1 on a PSN
+// sequence NAK (so a NAK-started retry is pending), and before it sends
+// anything, a second sequence NAK — answering an earlier timeout retry —
+// acknowledges M1 implicitly and names the first PSN of M2. Completing M1
+// moved the requester to the start of M2 but left its next PSN inside M1,
+// and the second NAK was ignored (a retry was pending), so nothing put the
+// PSN right: M2 went out under M1's PSNs and the next new message M3 was
+// given M2's. The responder took M3's SEND_ONLY as M2 (wrong length and data,
+// success status); had the shift fallen mid-message it would have failed
+// the opcode sequence check with NAK invalid request and moved to ERR.
+//
+// rxe keeps the requester's PSN with the WQE it is at (req_retry recomputes
+// both from comp.psn) and check_psn resets the retry counters, started_retry
+// included, whenever a response completes a SEND/WRITE implicitly.
+func TestGoBackHeadCompletedBySeqNAK(t *testing.T) {
+	const psn0 = bth.PSN(0xFFFFFE) // M1 = 0xfffffe..0x000000 wraps
+	p := newPair(t, pairOpt{typ: transport.RC, psnA: psn0, conn: func(c *tt.Conn) { c.Timeout = 10 }})
+	src := p.mem.Register(1, 8192, allAccess)
+	dst := p.mem.Register(2, 3*4096, allAccess)
+	fill(src.Buf, 1)
+	sizes := []int{3000, 2000, 100} // 3, 2 and 1 packets at MTU 1024
+	offs := []int{0, 3000, 5000}
+	for i := range sizes {
+		if !p.b.RQ.Post(uint64(i), dst.SGE(i*4096, 4096)) {
+			t.Fatal("post recv")
+		}
+	}
+	post := func(i int) {
+		wr := &transport.SendWR{ID: uint64(i), Opcode: transport.WRSend, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{src.SGE(offs[i], sizes[i])}}
+		if err := p.a.QP.PostSend(0, wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	A, B := p.a.QP, p.b.QP
+	check := func(when string) {
+		t.Helper()
+		if err := A.CheckRequester(); err != nil {
+			t.Fatalf("%s: requester: %v", when, err)
+		}
+	}
+	post(0)
+	post(1)
+
+	// M1 = PSN +0..+2, M2 = +3..+4. +1 is lost: the responder NAKs +1 once
+	// and drops the rest silently.
+	var now transport.Time
+	a := xmit(A, now)
+	if got, want := describe(a), "RC_SEND_FIRST@0xfffffe RC_SEND_MIDDLE@0xffffff RC_SEND_LAST@0x000000 RC_SEND_FIRST@0x000001 RC_SEND_LAST@0x000002"; got != want {
+		t.Fatalf("first transmission %s, want %s", got, want)
+	}
+	deliver(B, now, a[0], a[2], a[3], a[4])
+	nak1 := xmit(B, now)
+	if got := describe(nak1); got != "RC_ACKNOWLEDGE@0xffffff(NAK(PSN_SEQ_ERR))" {
+		t.Fatalf("responder sent %s, want one sequence NAK for 0xffffff", got)
+	}
+
+	// The local ACK timer fires before that NAK arrives (timeout < RTT):
+	// go back to +0 and send everything again. This time +3 is lost and
+	// the ACK for +2 too; the responder NAKs +3.
+	now = A.Deadline()
+	A.Tick(now)
+	r := xmit(A, now)
+	if len(r) != 5 {
+		t.Fatalf("retry sent %s, want all 5 packets again", describe(r))
+	}
+	deliver(B, now, r[0], r[1], r[2], r[4])
+	out := xmit(B, now)
+	if got, want := describe(out), "RC_ACKNOWLEDGE@0x000000(ACK(credits=31)) RC_ACKNOWLEDGE@0x000001(NAK(PSN_SEQ_ERR))"; got != want {
+		t.Fatalf("responder sent %s, want %s", got, want)
+	}
+
+	// Both NAKs reach the requester back to back (one receive batch).
+	deliver(A, now, nak1[0])
+	check("after NAK 0xffffff")
+	deliver(A, now, out[1])
+	check("after NAK 0x000001")
+	post(2)
+	x := xmit(A, now)
+	if got, want := describe(x), "RC_SEND_FIRST@0x000001 RC_SEND_LAST@0x000002 RC_SEND_ONLY@0x000003"; got != want {
+		t.Fatalf("requester sent %s, want %s (M2 again, then M3)", got, want)
+	}
+	check("after sending")
+
+	// From here on a clean wire: everything completes once, in order, with
+	// the right bytes.
+	p.w.Now = now
+	deliver(B, now, x...)
+	p.run(3, 3)
+	wantStatuses(t, "A", p.a.SendCQ.Take(nil), transport.StatusSuccess, transport.StatusSuccess, transport.StatusSuccess)
+	for i, wc := range p.b.RecvCQ.Take(nil) {
+		if wc.WRID != uint64(i) || wc.Status != transport.StatusSuccess || wc.ByteLen != uint32(sizes[i]) {
+			t.Fatalf("receive %d: %+v, want %d bytes", i, wc, sizes[i])
+		}
+		if !bytes.Equal(dst.Buf[i*4096:i*4096+sizes[i]], src.Buf[offs[i]:offs[i]+sizes[i]]) {
+			t.Fatalf("message %d: data differs", i)
+		}
+	}
+	if s := A.Stats(); s.SeqNAKsReceived != 2 || s.RetryTimeouts != 1 {
+		t.Fatalf("requester stats %+v: want 2 sequence NAKs and 1 timeout", *s)
+	}
+}
