@@ -14,11 +14,14 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// Ceiling is the raw path measurement of --ceiling: full-path-MTU RoCE
-// packets blasted from one link endpoint to another with no HCA behind
-// them, through the same link (so the same sockets, batching, GSO and
-// receive path as the benchmark), counted where they arrive.
+// Ceiling is a path measurement of --ceiling: full-path-MTU RoCE-sized
+// packets blasted between the benchmark's two endpoints with no HCA behind
+// them, counted where they arrive. The caller measures the raw UDP path
+// (hca/link/udp.Blast) and fills one in with NewCeiling; MeasureCeiling
+// measures through link endpoints.
 type Ceiling struct {
+	// Method says how: "udp-blast" (plain sockets) or "link" (endpoints).
+	Method string `json:"method"`
 	// PacketBytes is the size of each frame (for the udp link the IP
 	// packet); Payload the RoCE payload it carries (the path MTU).
 	PacketBytes int           `json:"packet_bytes"`
@@ -46,7 +49,7 @@ func MeasureCeiling(ctx context.Context, src, dst link.Endpoint, mtu bth.MTU, du
 	if err != nil {
 		return nil, err
 	}
-	c := &Ceiling{PacketBytes: len(frames[0]), Payload: mtu.Bytes()}
+	c := &Ceiling{Method: "link", PacketBytes: len(frames[0]), Payload: mtu.Bytes()}
 	var got atomic.Int64
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -88,6 +91,35 @@ func MeasureCeiling(ctx context.Context, src, dst link.Endpoint, mtu bth.MTU, du
 	}
 	return c, nil
 }
+
+// NewCeiling fills a Ceiling from a raw blast's counts: packetBytes is
+// the size of each datagram, payload the RDMA payload it stands for.
+func NewCeiling(method string, packetBytes, payload int, sent, delivered uint64, d time.Duration) *Ceiling {
+	c := &Ceiling{Method: method, PacketBytes: packetBytes, Payload: payload, Sent: int(sent), Delivered: int(delivered), Duration: d}
+	if d > 0 {
+		c.PacketsPerSec = float64(delivered) / d.Seconds()
+		c.PayloadBytesPerSec = c.PacketsPerSec * float64(payload)
+	}
+	return c
+}
+
+// Ratios sets CeilingRatio and LinkCeilingRatio from r's best bandwidth.
+func (r *Report) Ratios() {
+	best := 0.0
+	for _, x := range r.Results {
+		best = max(best, x.BW.BytesPerSec)
+	}
+	if c := r.Ceiling; c != nil && c.PayloadBytesPerSec > 0 {
+		r.CeilingRatio = best / c.PayloadBytesPerSec
+	}
+	if c := r.LinkCeiling; c != nil && c.PayloadBytesPerSec > 0 {
+		r.LinkCeilingRatio = best / c.PayloadBytesPerSec
+	}
+}
+
+// RoCEPacketBytes is the UDP payload of a full RDMA WRITE MIDDLE packet
+// of path MTU mtu: BTH, payload and ICRC.
+func RoCEPacketBytes(mtu bth.MTU) int { return bth.HeaderLen + mtu.Bytes() + 4 }
 
 // ceilingFrames builds n RDMA WRITE MIDDLE frames with consecutive PSNs,
 // every lower header and the ICRC filled in by wire.Finish, addressed as

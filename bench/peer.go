@@ -29,10 +29,17 @@ type Report struct {
 	// write/read/atomic bw they come from the client's report
 	// (xchg_bw_reports), as perftest's server prints them.
 	Results []Result
-	// CeilingRatio is goroce's bandwidth over the raw path ceiling of the
-	// same run (--ceiling), 0 when not measured.
-	CeilingRatio float64
+	// Ceiling is the raw path ceiling of the same run (--ceiling): plain
+	// UDP datagrams of the path-MTU packet size between the same addresses
+	// with the link's socket options, batching and GSO. CeilingRatio is
+	// goroce's best bandwidth over its payload rate (0 when not measured).
 	Ceiling      *Ceiling
+	CeilingRatio float64
+	// LinkCeiling is the same blast through the link endpoints themselves
+	// (MeasureCeiling: the link's own per-packet work included), and
+	// LinkCeilingRatio goroce's share of it: what the HCA costs on top.
+	LinkCeiling      *Ceiling
+	LinkCeilingRatio float64
 }
 
 // Hooks let a caller print as the run progresses, as perftest does: the

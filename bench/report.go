@@ -128,9 +128,16 @@ func PrintResult(w io.Writer, r *Report, res Result) {
 func PrintFooter(w io.Writer, r *Report) {
 	fmt.Fprintln(w, resultLine)
 	if c := r.Ceiling; c != nil {
-		fmt.Fprintf(w, " Raw path ceiling: %d-byte packets (%d B payload), %.0f packets/s delivered = %.2f MB/sec of payload\n",
-			c.PacketBytes, c.Payload, c.PacketsPerSec, c.PayloadBytesPerSec/(1<<20))
-		fmt.Fprintf(w, " goroce / ceiling: %.3f\n", r.CeilingRatio)
+		fmt.Fprintf(w, " Raw UDP path ceiling: %d-byte datagrams, %.0f/s delivered = %.2f MB/sec of %d-byte payloads\n",
+			c.PacketBytes, c.PacketsPerSec, c.PayloadBytesPerSec/(1<<20), c.Payload)
+		fmt.Fprintf(w, " goroce / raw UDP ceiling: %.3f\n", r.CeilingRatio)
+	}
+	if c := r.LinkCeiling; c != nil {
+		fmt.Fprintf(w, " Link ceiling (same blast through the link endpoints): %.0f packets/s = %.2f MB/sec of payload\n",
+			c.PacketsPerSec, c.PayloadBytesPerSec/(1<<20))
+		fmt.Fprintf(w, " goroce / link ceiling: %.3f\n", r.LinkCeilingRatio)
+	}
+	if r.Ceiling != nil || r.LinkCeiling != nil {
 		fmt.Fprintln(w, resultLine)
 	}
 }
@@ -152,9 +159,11 @@ type JSONReport struct {
 	RemoteQPNs []int   `json:"remote_qpns"`
 	// Results: bandwidth in bytes/s (and MB/s as perftest prints, MB =
 	// 2^20), latency in microseconds.
-	Results      []JSONResult `json:"results"`
-	CeilingRatio *float64     `json:"ceiling_ratio,omitempty"`
-	Ceiling      *Ceiling     `json:"ceiling,omitempty"`
+	Results          []JSONResult `json:"results"`
+	CeilingRatio     *float64     `json:"ceiling_ratio,omitempty"`
+	Ceiling          *Ceiling     `json:"ceiling,omitempty"`
+	LinkCeilingRatio *float64     `json:"link_ceiling_ratio,omitempty"`
+	LinkCeiling      *Ceiling     `json:"link_ceiling,omitempty"`
 }
 
 // JSONResult is one size in the --json document.
@@ -209,6 +218,10 @@ func ToJSON(r *Report) JSONReport {
 	if r.Ceiling != nil {
 		v := r.CeilingRatio
 		j.CeilingRatio, j.Ceiling = &v, r.Ceiling
+	}
+	if r.LinkCeiling != nil {
+		v := r.LinkCeilingRatio
+		j.LinkCeilingRatio, j.LinkCeiling = &v, r.LinkCeiling
 	}
 	return j
 }
