@@ -124,6 +124,9 @@ func TestBenchLoopbackJSON(t *testing.T) {
 	if j.CeilingRatio == nil || !(*j.CeilingRatio > 0) || j.Ceiling == nil || j.Ceiling.Delivered == 0 || j.Ceiling.Payload != 4096 {
 		t.Fatalf("ceiling %v %+v", j.CeilingRatio, j.Ceiling)
 	}
+	if j.LinkCeilingRatio == nil || !(*j.LinkCeilingRatio > 0) || j.LinkCeiling == nil || j.LinkCeiling.Method != "link" || j.Ceiling.Method != "udp-blast" {
+		t.Fatalf("link ceiling %v %+v", j.LinkCeilingRatio, j.LinkCeiling)
+	}
 	if !strings.Contains(out, `"ceiling_ratio":`) {
 		t.Fatal("no ceiling_ratio field")
 	}
