@@ -199,14 +199,14 @@ func readFrames(e link.Endpoint, offset int, want [][]byte) error {
 		bufs[i] = make([]byte, offset+maxLen+64)
 	}
 	sizes := make([]int, len(bufs))
-	watchdog := time.AfterFunc(Timeout, func() { e.Close() })
-	defer watchdog.Stop()
+	wd := NewWatchdog(Timeout, e)
+	defer wd.Stop()
 	var p wire.Packet
 	got := 0
 	for got < len(want) {
 		n, err := e.Read(bufs, sizes, offset)
 		if err != nil {
-			return fmt.Errorf("Read after %d of %d frames: %w", got, len(want), err)
+			return wd.Err(err, got, len(want))
 		}
 		if n < 1 || n > len(bufs) {
 			return fmt.Errorf("Read returned n=%d for %d buffers", n, len(bufs))
@@ -354,12 +354,12 @@ func testBatchSize(t *testing.T, a, b link.Endpoint) {
 		bufs[i] = make([]byte, 256)
 	}
 	sizes := make([]int, len(bufs))
-	watchdog := time.AfterFunc(Timeout, func() { b.Close() })
-	defer watchdog.Stop()
+	wd := NewWatchdog(Timeout, b)
+	defer wd.Stop()
 	for got := 0; got < len(frames); {
 		n, err := b.Read(bufs, sizes, 0)
 		if err != nil {
-			t.Fatalf("Read after %d frames: %v", got, err)
+			t.Fatal(wd.Err(err, got, len(frames)))
 		}
 		if n > b.BatchSize() {
 			t.Fatalf("Read returned %d frames, BatchSize %d", n, b.BatchSize())
@@ -383,10 +383,13 @@ func testSmallBuffer(t *testing.T, a, b link.Endpoint) {
 	// never truncated.
 	bufs := [][]byte{make([]byte, 200)}
 	sizes := []int{0}
-	watchdog := time.AfterFunc(Timeout, func() { b.Close() })
-	defer watchdog.Stop()
+	wd := NewWatchdog(Timeout, b)
+	defer wd.Stop()
 	n, err := b.Read(bufs, sizes, 0)
-	if err != nil || n != 1 || !Equivalent(bufs[0][:sizes[0]], small, b.Format()) {
+	if err != nil {
+		t.Fatal(wd.Err(err, 0, 1))
+	}
+	if n != 1 || !Equivalent(bufs[0][:sizes[0]], small, b.Format()) {
 		t.Fatalf("Read = %d, %v, %d bytes; want the %d-byte frame", n, err, sizes[0], len(small))
 	}
 }

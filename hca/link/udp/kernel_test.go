@@ -84,7 +84,7 @@ func TestGSOSegmentIPIDs(t *testing.T) {
 	var a *Endpoint
 	ns.do(t, func() {
 		var err error
-		tun, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		tun, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			t.Skipf("no TUN device: %v", err)
 		}
@@ -140,15 +140,24 @@ func TestGSOSegmentIPIDs(t *testing.T) {
 	if st := a.Stats(); st.TxGSOBatches != 1 || st.TxGSOSegments != n || st.TxICRCPatched != n-1 {
 		t.Fatalf("send stats %+v; want one %d-segment GSO batch", st, n)
 	}
-	unix.SetNonblock(tun, false)
 	buf := make([]byte, 65536)
 	var p wire.Packet
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(linktest.Timeout)
 	for i := 0; i < n; {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out reading the TUN device")
+		// The fd is non-blocking: wait for it with a timeout, so a
+		// segment that never comes fails the test instead of hanging it.
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("timed out after %v reading the TUN device: %d of %d segments", linktest.Timeout, i, n)
+		}
+		pfd := []unix.PollFd{{Fd: int32(tun), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, int(left/time.Millisecond)+1); err != nil && err != unix.EINTR {
+			t.Fatalf("poll: %v", err)
 		}
 		k, err := unix.Read(tun, buf)
+		if err == unix.EAGAIN || err == unix.EINTR {
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,10 +215,12 @@ func TestSuperDatagramSplit(t *testing.T) {
 			}
 			sizes := make([]int, 64)
 			var p wire.Packet
+			wd := linktest.NewWatchdog(linktest.Timeout, b)
+			defer wd.Stop()
 			for got := 0; got < len(frames); {
 				n, err := b.Read(bufs, sizes, 0)
 				if err != nil {
-					t.Fatal(err)
+					t.Fatal(wd.Err(err, got, len(frames)))
 				}
 				for i := range n {
 					if err := p.Decode(bufs[i][:sizes[i]], wire.FramingIP); err != nil {
@@ -306,6 +317,11 @@ func TestZeroAllocs(t *testing.T) {
 				bufs[i] = make([]byte, 2048)
 			}
 			sizes := make([]int, 64)
+			// 51 cycles of 32 frames take milliseconds; a lost frame
+			// must fail the test, not hang it.
+			wd := linktest.NewWatchdog(linktest.Timeout, b)
+			defer wd.Stop()
+			cycles := 0
 			cycle := func() {
 				if _, err := a.Write(frames, 0); err != nil {
 					t.Fatal(err)
@@ -313,10 +329,11 @@ func TestZeroAllocs(t *testing.T) {
 				for got := 0; got < len(frames); {
 					n, err := b.Read(bufs, sizes, 0)
 					if err != nil {
-						t.Fatal(err)
+						t.Fatalf("cycle %d: %v", cycles, wd.Err(err, got, len(frames)))
 					}
 					got += n
 				}
+				cycles++
 			}
 			cycle()
 			if n := testing.AllocsPerRun(50, cycle); n != 0 {
