@@ -482,7 +482,10 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 	s.samples = s.samples[:0]
 	pr := progress{w: s.Progress, size: size}
 	done := 0
-	var start time.Time
+	// The clock starts with the run (just after the start barrier), not at
+	// the first receive, so that a size whose messages all arrive in one
+	// poll still has a duration.
+	start := time.Now()
 	var deadline time.Time
 	for p.Duration > 0 || done < total {
 		wctx := ctx
@@ -503,9 +506,6 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 			}
 			return BWResult{}, err
 		}
-		if start.IsZero() {
-			start = time.Now()
-		}
 		for i := range wcs {
 			qi := int(wcs[i].WRID >> 32)
 			r := s.qps[qi]
@@ -521,7 +521,7 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 		s.samples = append(s.samples, sample{el, done})
 		pr.tick(el, done)
 	}
-	if start.IsZero() {
+	if len(s.samples) == 0 {
 		return BWResult{Op: s.opName(), Size: size}, nil
 	}
 	return s.bwResult(size, done, s.samples[len(s.samples)-1].t), nil
