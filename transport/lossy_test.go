@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/transport"
 	tt "github.com/goroce/goroce/transport/transporttest"
 )
@@ -65,10 +66,15 @@ type lossDir struct {
 	wcs                                        []transport.Completion
 	tmp                                        []byte
 	seedBase                                   uint64
+	rqDepth                                    int // receive WQEs kept posted
 }
 
-func newLossDir(t *testing.T, mem *tt.Memory, from, to *tt.Side, n int, seed uint64) *lossDir {
-	d := &lossDir{t: t, from: from, to: to, n: n, tmp: make([]byte, lossSlot), seedBase: seed << 32}
+// lossOps are the operations of the lossy workloads by default.
+var lossOps = []transport.WROpcode{transport.WRSend, transport.WRSendWithImm, transport.WRRDMAWrite,
+	transport.WRRDMAWriteWithImm, transport.WRRDMARead, transport.WRAtomicFetchAndAdd, transport.WRAtomicCmpAndSwp}
+
+func newLossDir(t *testing.T, mem *tt.Memory, from, to *tt.Side, n int, seed uint64, ops []transport.WROpcode, rqDepth int) *lossDir {
+	d := &lossDir{t: t, from: from, to: to, n: n, tmp: make([]byte, lossSlot), seedBase: seed << 32, rqDepth: rqDepth}
 	d.local = mem.Register(from.PD, lossSlots*lossSlot, allAccess) // send source / read target
 	d.remote = mem.Register(to.PD, lossSlots*lossSlot, allAccess)  // write target
 	d.source = mem.Register(to.PD, lossSlots*lossSlot, allAccess)  // read source (fixed)
@@ -77,8 +83,6 @@ func newLossDir(t *testing.T, mem *tt.Memory, from, to *tt.Side, n int, seed uin
 	fill(d.source.Buf, seed+1234)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	d.msgs = make([]lossMsg, n)
-	ops := []transport.WROpcode{transport.WRSend, transport.WRSendWithImm, transport.WRRDMAWrite,
-		transport.WRRDMAWriteWithImm, transport.WRRDMARead, transport.WRAtomicFetchAndAdd, transport.WRAtomicCmpAndSwp}
 	for i := range d.msgs {
 		op := ops[rng.IntN(len(ops))]
 		size := rng.IntN(lossSlot + 1)
@@ -127,7 +131,7 @@ func (d *lossDir) post(now transport.Time) {
 		}
 		d.posted++
 	}
-	for d.to.RQ.Len() < 16 && d.recvPosted < len(d.recvOrder) {
+	for d.to.RQ.Len() < d.rqDepth && d.recvPosted < len(d.recvOrder) {
 		slot := d.recvPosted % lossSlots
 		d.to.RQ.Post(uint64(d.recvPosted), d.recv.SGE(slot*lossSlot, lossSlot/2), d.recv.SGE(slot*lossSlot+lossSlot/2, lossSlot/2))
 		d.recvPosted++
@@ -199,11 +203,52 @@ func (d *lossDir) check() {
 }
 
 func runLossy(t *testing.T, n [2]int, seed uint64, f tt.Faults) {
-	p := newPair(t, pairOpt{typ: transport.RC, psnA: 0xFFF000, psnB: 0xFFFF80, depth: 128, seed: seed, faults: f,
-		conn: func(c *tt.Conn) { c.Timeout = 8; c.MinRNRTimer = 1 }})
-	dirs := []*lossDir{newLossDir(t, p.mem, p.a, p.b, n[0], seed)}
+	s := runLossyOpt(t, lossyOpt{n: n, seed: seed, faults: f})
+	if s.a.TxRetransmits == 0 || s.b.RxDuplicateRequests == 0 {
+		t.Fatalf("faults did not exercise retransmission")
+	}
+}
+
+// lossyOpt configures runLossyOpt; zero values take the defaults.
+type lossyOpt struct {
+	n       [2]int // messages A→B and B→A
+	seed    uint64
+	faults  tt.Faults
+	mtu     bth.MTU              // path MTU (1024)
+	timeout uint8                // local ACK timeout code (8: 1.05 ms)
+	ops     []transport.WROpcode // drawn uniformly (lossOps)
+	rqDepth int                  // receive WQEs the peer keeps posted (16); small values cause RNR NAKs
+	bidir   bool                 // for callers: split the messages over both directions
+	quiet   bool                 // no summary log
+}
+
+type lossyStats struct {
+	a, b transport.Stats
+	wire tt.WireStats
+	now  transport.Time
+}
+
+// runLossyOpt runs the lossy workload of o: every WR completes exactly once,
+// in order, successfully, with the right data; every receive too; each
+// atomic executes once; the requesters' positioning invariant holds after
+// every step.
+func runLossyOpt(t *testing.T, o lossyOpt) lossyStats {
+	t.Helper()
+	if o.timeout == 0 {
+		o.timeout = 8
+	}
+	if o.ops == nil {
+		o.ops = lossOps
+	}
+	if o.rqDepth == 0 {
+		o.rqDepth = 16
+	}
+	n, seed := o.n, o.seed
+	p := newPair(t, pairOpt{typ: transport.RC, mtu: o.mtu, psnA: 0xFFF000, psnB: 0xFFFF80, depth: 128, seed: seed, faults: o.faults,
+		conn: func(c *tt.Conn) { c.Timeout = o.timeout; c.MinRNRTimer = 1 }})
+	dirs := []*lossDir{newLossDir(t, p.mem, p.a, p.b, n[0], seed, o.ops, o.rqDepth)}
 	if n[1] > 0 {
-		dirs = append(dirs, newLossDir(t, p.mem, p.b, p.a, n[1], seed+1))
+		dirs = append(dirs, newLossDir(t, p.mem, p.b, p.a, n[1], seed+1, o.ops, o.rqDepth))
 	}
 	for {
 		all := true
@@ -237,13 +282,13 @@ func runLossy(t *testing.T, n [2]int, seed uint64, f tt.Faults) {
 	if !p.mem.GuardsIntact() {
 		t.Fatal("guard bytes overwritten")
 	}
-	sa, sb := p.a.QP.Stats(), p.b.QP.Stats()
-	t.Logf("%v messages, virtual %.3fs; wire %+v", n, float64(p.w.Now)/1e9, p.w.Stats)
-	t.Logf("A: %+v", *sa)
-	t.Logf("B: %+v", *sb)
-	if sa.TxRetransmits == 0 || sb.RxDuplicateRequests == 0 {
-		t.Fatalf("faults did not exercise retransmission")
+	s := lossyStats{a: *p.a.QP.Stats(), b: *p.b.QP.Stats(), wire: p.w.Stats, now: p.w.Now}
+	if !o.quiet {
+		t.Logf("%v messages, virtual %.3fs; wire %+v", n, float64(p.w.Now)/1e9, p.w.Stats)
+		t.Logf("A: %+v", s.a)
+		t.Logf("B: %+v", s.b)
 	}
+	return s
 }
 
 // TestUCLossy sends UC SENDs and WRITE_WITH_IMMs of 0..4 KiB (up to 5
