@@ -21,6 +21,7 @@ import (
 	"github.com/goroce/goroce/bench/exchange"
 	"github.com/goroce/goroce/hca"
 	"github.com/goroce/goroce/hca/link/memlink"
+	"github.com/goroce/goroce/internal/pcaptest"
 )
 
 // memPair opens two devices joined by an in-memory link.
@@ -527,12 +528,12 @@ func TestCaptureReplay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, err := extractTCP(data, exchange.DefaultPort)
+			st, err := pcaptest.ExtractTCP(data, exchange.DefaultPort)
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, db := memPair(t)
-			conn := &replayConn{in: bytes.NewReader(st.client)}
+			conn := &replayConn{in: bytes.NewReader(st.Client)}
 			rep, err := RunPeer(testCtx(t), db, conn, false, tc.p, Hooks{})
 			if err != nil {
 				t.Fatal(err)
@@ -540,7 +541,7 @@ func TestCaptureReplay(t *testing.T) {
 			if conn.in.Len() != 0 {
 				t.Fatalf("%d captured client bytes left unread", conn.in.Len())
 			}
-			if got, want := conn.out.Len(), len(st.server); got != want {
+			if got, want := conn.out.Len(), len(st.Server); got != want {
 				t.Fatalf("we wrote %d bytes, the real server %d", got, want)
 			}
 			if rep.RemoteVersion != "6.06" || rep.MTU.Bytes() != 1024 {

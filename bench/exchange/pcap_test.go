@@ -1,13 +1,12 @@
 package exchange_test
 
 import (
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"testing"
+
+	"github.com/goroce/goroce/internal/pcaptest"
 )
 
 // capturesDir holds the shared golden captures (kernel rxe <-> kernel rxe);
@@ -16,10 +15,7 @@ var capturesDir = filepath.Join("..", "..", "..", "shared", "captures")
 
 // tcpStreams is the reassembled payload of the out-of-band TCP connection
 // (port 18515) of one capture, one byte stream per direction.
-type tcpStreams struct {
-	client []byte // client -> server
-	server []byte // server -> client
-}
+type tcpStreams = pcaptest.TCPStreams
 
 func loadStreams(t *testing.T, name string) tcpStreams {
 	t.Helper()
@@ -31,140 +27,19 @@ func loadStreams(t *testing.T, name string) tcpStreams {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := extractTCP(data, 18515)
+	s, err := pcaptest.ExtractTCP(data, 18515)
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return s
 }
 
-type segment struct {
-	seq  uint32
-	data []byte
-}
-
-// extractTCP is a minimal pcap reader: classic libpcap files, Ethernet
-// link type, IPv4 or IPv6, TCP. It reassembles both directions of the
-// connection to or from port by sequence number (duplicates and
-// retransmissions overlap and are merged; a hole is an error).
-func extractTCP(b []byte, port uint16) (tcpStreams, error) {
-	if len(b) < 24 {
-		return tcpStreams{}, errors.New("pcap: short global header")
-	}
-	var bo binary.ByteOrder
-	switch binary.LittleEndian.Uint32(b) {
-	case 0xa1b2c3d4, 0xa1b23c4d:
-		bo = binary.LittleEndian
-	case 0xd4c3b2a1, 0x4d3cb2a1:
-		bo = binary.BigEndian
-	default:
-		return tcpStreams{}, errors.New("pcap: not a classic pcap file")
-	}
-	if lt := bo.Uint32(b[20:]); lt != 1 {
-		return tcpStreams{}, fmt.Errorf("pcap: link type %d, want Ethernet", lt)
-	}
-	var isn [2]uint32
-	var haveISN [2]bool
-	var segs [2][]segment
-	for off := 24; off+16 <= len(b); {
-		incl := int(bo.Uint32(b[off+8:]))
-		off += 16
-		if off+incl > len(b) {
-			return tcpStreams{}, errors.New("pcap: truncated record")
-		}
-		frame := b[off : off+incl]
-		off += incl
-		if len(frame) < 14 {
-			continue
-		}
-		etype := binary.BigEndian.Uint16(frame[12:])
-		l3 := frame[14:]
-		if etype == 0x8100 && len(frame) >= 18 {
-			etype = binary.BigEndian.Uint16(frame[16:])
-			l3 = frame[18:]
-		}
-		var tcp []byte
-		switch etype {
-		case 0x0800:
-			if len(l3) < 20 || l3[9] != 6 {
-				continue
-			}
-			ihl := int(l3[0]&0xF) * 4
-			tot := int(binary.BigEndian.Uint16(l3[2:]))
-			if ihl < 20 || tot < ihl || tot > len(l3) {
-				return tcpStreams{}, errors.New("pcap: bad IPv4 header")
-			}
-			tcp = l3[ihl:tot]
-		case 0x86DD:
-			if len(l3) < 40 || l3[6] != 6 {
-				continue
-			}
-			pl := int(binary.BigEndian.Uint16(l3[4:]))
-			if 40+pl > len(l3) {
-				return tcpStreams{}, errors.New("pcap: bad IPv6 header")
-			}
-			tcp = l3[40 : 40+pl]
-		default:
-			continue
-		}
-		if len(tcp) < 20 {
-			return tcpStreams{}, errors.New("pcap: short TCP header")
-		}
-		sport, dport := binary.BigEndian.Uint16(tcp), binary.BigEndian.Uint16(tcp[2:])
-		var dir int // 0: client -> server, 1: server -> client
-		switch {
-		case dport == port:
-			dir = 0
-		case sport == port:
-			dir = 1
-		default:
-			continue
-		}
-		seq := binary.BigEndian.Uint32(tcp[4:])
-		doff := int(tcp[12]>>4) * 4
-		flags := tcp[13]
-		if doff < 20 || doff > len(tcp) {
-			return tcpStreams{}, errors.New("pcap: bad TCP data offset")
-		}
-		if flags&0x02 != 0 { // SYN: the first data byte is ISN+1
-			isn[dir], haveISN[dir] = seq+1, true
-			continue
-		}
-		if payload := tcp[doff:]; len(payload) > 0 {
-			segs[dir] = append(segs[dir], segment{seq, payload})
-		}
-	}
-	var out [2][]byte
-	for dir := range segs {
-		if len(segs[dir]) == 0 {
-			continue
-		}
-		if !haveISN[dir] {
-			return tcpStreams{}, fmt.Errorf("pcap: no SYN seen for direction %d", dir)
-		}
-		ss := segs[dir]
-		sort.SliceStable(ss, func(i, j int) bool { return ss[i].seq-isn[dir] < ss[j].seq-isn[dir] })
-		var buf []byte
-		for _, sg := range ss {
-			rel := int(sg.seq - isn[dir])
-			if rel > len(buf) {
-				return tcpStreams{}, fmt.Errorf("pcap: hole in direction %d at offset %d", dir, len(buf))
-			}
-			if end := rel + len(sg.data); end > len(buf) {
-				buf = append(buf, sg.data[len(buf)-rel:]...)
-			}
-		}
-		out[dir] = buf
-	}
-	return tcpStreams{client: out[0], server: out[1]}, nil
-}
-
 // TestExtractTCPRejectsGarbage checks the reader itself fails on bad input
 // rather than yielding empty streams.
 func TestExtractTCPRejectsGarbage(t *testing.T) {
 	for _, b := range [][]byte{nil, make([]byte, 24), []byte("not a pcap file at all, no")} {
-		if _, err := extractTCP(b, 18515); err == nil {
-			t.Errorf("extractTCP(%q) = nil error", b)
+		if _, err := pcaptest.ExtractTCP(b, 18515); err == nil {
+			t.Errorf("pcaptest.ExtractTCP(%q) = nil error", b)
 		}
 	}
 }

@@ -149,8 +149,8 @@ func TestPerftestCaptures(t *testing.T) {
 					tc.tool.ExchangesReports(), tc.tool.SendsDone(), tc.reports, tc.done)
 			}
 			s := loadStreams(t, tc.file)
-			cl := cutPerftest(t, s.client, tc.preReport, tc.reports, tc.done)
-			sv := cutPerftest(t, s.server, tc.preReport, tc.reports, tc.done)
+			cl := cutPerftest(t, s.Client, tc.preReport, tc.reports, tc.done)
+			sv := cutPerftest(t, s.Server, tc.preReport, tc.reports, tc.done)
 			for _, side := range []perftestSide{cl, sv} {
 				if side.version.String() != "6.06" || side.mtu != bth.MTU1024 && side.mtu != bth.MTU4096 ||
 					side.sys != (exchange.SysData{CycleBuffer: 4096, CacheLineSize: 64}) {
@@ -173,9 +173,9 @@ func TestPerftestCaptures(t *testing.T) {
 
 			// Play each of our sides against the other side's captured stream.
 			for _, role := range []exchange.Role{exchange.Server, exchange.Client} {
-				me, peer, peerStream, myStream := sv, cl, s.client, s.server
+				me, peer, peerStream, myStream := sv, cl, s.Client, s.Server
 				if role == exchange.Client {
-					me, peer, peerStream, myStream = cl, sv, s.server, s.client
+					me, peer, peerStream, myStream = cl, sv, s.Server, s.Client
 				}
 				t.Run(role.String(), func(t *testing.T) {
 					var res exchange.Result

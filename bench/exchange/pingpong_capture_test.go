@@ -69,14 +69,14 @@ func TestPingpongCaptures(t *testing.T) {
 		t.Run(tc.file, func(t *testing.T) {
 			s := loadStreams(t, tc.file)
 			n := tc.records * exchange.PingpongMsgLen
-			if len(s.client) != n+5 {
-				t.Fatalf("client stream is %d bytes, want %d records + done = %d", len(s.client), tc.records, n+5)
+			if len(s.Client) != n+5 {
+				t.Fatalf("client stream is %d bytes, want %d records + done = %d", len(s.Client), tc.records, n+5)
 			}
-			if !bytes.Equal(s.client[n:], []byte("done\x00")) {
-				t.Fatalf("client stream ends in %q, want done+NUL", s.client[n:])
+			if !bytes.Equal(s.Client[n:], []byte("done\x00")) {
+				t.Fatalf("client stream ends in %q, want done+NUL", s.Client[n:])
 			}
-			clientRecs := parseRecords(t, s.client[:n], tc.records)
-			serverRecs := parseRecords(t, s.server, tc.records)
+			clientRecs := parseRecords(t, s.Client[:n], tc.records)
+			serverRecs := parseRecords(t, s.Server, tc.records)
 			if tc.client != (exchange.PingpongDest{}) {
 				if clientRecs[0] != tc.client {
 					t.Errorf("client record 0 = %+v, want %+v", clientRecs[0], tc.client)
@@ -103,7 +103,7 @@ func TestPingpongCaptures(t *testing.T) {
 
 			t.Run("server", func(t *testing.T) {
 				var remote []exchange.PingpongDest
-				sent, writes := replay(t, s.client, func(c net.Conn) error {
+				sent, writes := replay(t, s.Client, func(c net.Conn) error {
 					var err error
 					remote, err = exchange.PingpongServer(c, tc.records, func(r []exchange.PingpongDest) ([]exchange.PingpongDest, error) {
 						if !slices.Equal(r, clientRecs) {
@@ -113,8 +113,8 @@ func TestPingpongCaptures(t *testing.T) {
 					})
 					return err
 				})
-				if !bytes.Equal(sent, s.server) {
-					t.Errorf("server sent %d bytes that differ from the captured %d", len(sent), len(s.server))
+				if !bytes.Equal(sent, s.Server) {
+					t.Errorf("server sent %d bytes that differ from the captured %d", len(sent), len(s.Server))
 				}
 				if !slices.Equal(remote, clientRecs) {
 					t.Errorf("server returned other remote records than the captured ones")
@@ -125,13 +125,13 @@ func TestPingpongCaptures(t *testing.T) {
 			})
 			t.Run("client", func(t *testing.T) {
 				var remote []exchange.PingpongDest
-				sent, writes := replay(t, s.server, func(c net.Conn) error {
+				sent, writes := replay(t, s.Server, func(c net.Conn) error {
 					var err error
 					remote, err = exchange.PingpongClient(c, clientRecs)
 					return err
 				})
-				if !bytes.Equal(sent, s.client) {
-					t.Errorf("client sent %d bytes that differ from the captured %d", len(sent), len(s.client))
+				if !bytes.Equal(sent, s.Client) {
+					t.Errorf("client sent %d bytes that differ from the captured %d", len(sent), len(s.Client))
 				}
 				if !slices.Equal(remote, serverRecs) {
 					t.Errorf("client returned other remote records than the captured ones")

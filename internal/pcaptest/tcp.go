@@ -1,6 +1,8 @@
-package bench
-
-// Copied from bench/exchange/pcap_test.go (test-only helper).
+// Package pcaptest holds small stdlib-only capture readers for tests that
+// must not depend on the project's own pcap package (or on gopacket): the
+// out-of-band TCP exchanges of rdma-core's pingpong examples and perftest
+// are reassembled from the golden captures.
+package pcaptest
 
 import (
 	"encoding/binary"
@@ -9,11 +11,11 @@ import (
 	"sort"
 )
 
-// tcpStreams is the reassembled payload of the out-of-band TCP connection
-// (port 18515) of one capture, one byte stream per direction.
-type tcpStreams struct {
-	client []byte // client -> server
-	server []byte // server -> client
+// TCPStreams is the reassembled payload of one TCP connection of a
+// capture, one byte stream per direction.
+type TCPStreams struct {
+	Client []byte // client -> server
+	Server []byte // server -> client
 }
 
 type segment struct {
@@ -21,13 +23,13 @@ type segment struct {
 	data []byte
 }
 
-// extractTCP is a minimal pcap reader: classic libpcap files, Ethernet
+// ExtractTCP is a minimal pcap reader for tests: classic libpcap files, Ethernet
 // link type, IPv4 or IPv6, TCP. It reassembles both directions of the
 // connection to or from port by sequence number (duplicates and
 // retransmissions overlap and are merged; a hole is an error).
-func extractTCP(b []byte, port uint16) (tcpStreams, error) {
+func ExtractTCP(b []byte, port uint16) (TCPStreams, error) {
 	if len(b) < 24 {
-		return tcpStreams{}, errors.New("pcap: short global header")
+		return TCPStreams{}, errors.New("pcap: short global header")
 	}
 	var bo binary.ByteOrder
 	switch binary.LittleEndian.Uint32(b) {
@@ -36,10 +38,10 @@ func extractTCP(b []byte, port uint16) (tcpStreams, error) {
 	case 0xd4c3b2a1, 0x4d3cb2a1:
 		bo = binary.BigEndian
 	default:
-		return tcpStreams{}, errors.New("pcap: not a classic pcap file")
+		return TCPStreams{}, errors.New("pcap: not a classic pcap file")
 	}
 	if lt := bo.Uint32(b[20:]); lt != 1 {
-		return tcpStreams{}, fmt.Errorf("pcap: link type %d, want Ethernet", lt)
+		return TCPStreams{}, fmt.Errorf("pcap: link type %d, want Ethernet", lt)
 	}
 	var isn [2]uint32
 	var haveISN [2]bool
@@ -48,7 +50,7 @@ func extractTCP(b []byte, port uint16) (tcpStreams, error) {
 		incl := int(bo.Uint32(b[off+8:]))
 		off += 16
 		if off+incl > len(b) {
-			return tcpStreams{}, errors.New("pcap: truncated record")
+			return TCPStreams{}, errors.New("pcap: truncated record")
 		}
 		frame := b[off : off+incl]
 		off += incl
@@ -70,7 +72,7 @@ func extractTCP(b []byte, port uint16) (tcpStreams, error) {
 			ihl := int(l3[0]&0xF) * 4
 			tot := int(binary.BigEndian.Uint16(l3[2:]))
 			if ihl < 20 || tot < ihl || tot > len(l3) {
-				return tcpStreams{}, errors.New("pcap: bad IPv4 header")
+				return TCPStreams{}, errors.New("pcap: bad IPv4 header")
 			}
 			tcp = l3[ihl:tot]
 		case 0x86DD:
@@ -79,14 +81,14 @@ func extractTCP(b []byte, port uint16) (tcpStreams, error) {
 			}
 			pl := int(binary.BigEndian.Uint16(l3[4:]))
 			if 40+pl > len(l3) {
-				return tcpStreams{}, errors.New("pcap: bad IPv6 header")
+				return TCPStreams{}, errors.New("pcap: bad IPv6 header")
 			}
 			tcp = l3[40 : 40+pl]
 		default:
 			continue
 		}
 		if len(tcp) < 20 {
-			return tcpStreams{}, errors.New("pcap: short TCP header")
+			return TCPStreams{}, errors.New("pcap: short TCP header")
 		}
 		sport, dport := binary.BigEndian.Uint16(tcp), binary.BigEndian.Uint16(tcp[2:])
 		var dir int // 0: client -> server, 1: server -> client
@@ -102,7 +104,7 @@ func extractTCP(b []byte, port uint16) (tcpStreams, error) {
 		doff := int(tcp[12]>>4) * 4
 		flags := tcp[13]
 		if doff < 20 || doff > len(tcp) {
-			return tcpStreams{}, errors.New("pcap: bad TCP data offset")
+			return TCPStreams{}, errors.New("pcap: bad TCP data offset")
 		}
 		if flags&0x02 != 0 { // SYN: the first data byte is ISN+1
 			isn[dir], haveISN[dir] = seq+1, true
@@ -118,7 +120,7 @@ func extractTCP(b []byte, port uint16) (tcpStreams, error) {
 			continue
 		}
 		if !haveISN[dir] {
-			return tcpStreams{}, fmt.Errorf("pcap: no SYN seen for direction %d", dir)
+			return TCPStreams{}, fmt.Errorf("pcap: no SYN seen for direction %d", dir)
 		}
 		ss := segs[dir]
 		sort.SliceStable(ss, func(i, j int) bool { return ss[i].seq-isn[dir] < ss[j].seq-isn[dir] })
@@ -126,7 +128,7 @@ func extractTCP(b []byte, port uint16) (tcpStreams, error) {
 		for _, sg := range ss {
 			rel := int(sg.seq - isn[dir])
 			if rel > len(buf) {
-				return tcpStreams{}, fmt.Errorf("pcap: hole in direction %d at offset %d", dir, len(buf))
+				return TCPStreams{}, fmt.Errorf("pcap: hole in direction %d at offset %d", dir, len(buf))
 			}
 			if end := rel + len(sg.data); end > len(buf) {
 				buf = append(buf, sg.data[len(buf)-rel:]...)
@@ -134,5 +136,5 @@ func extractTCP(b []byte, port uint16) (tcpStreams, error) {
 		}
 		out[dir] = buf
 	}
-	return tcpStreams{client: out[0], server: out[1]}, nil
+	return TCPStreams{Client: out[0], Server: out[1]}, nil
 }
