@@ -51,14 +51,17 @@ var (
 
 // Stats are the endpoint's counters.
 type Stats struct {
-	RxFrames     uint64 // delivered by Read
-	RxTooLarge   uint64 // dropped: larger than the caller's buffer
-	RxRunt       uint64 // dropped: shorter than an Ethernet header
-	RxKernelDrop uint64 // dropped by the kernel: socket receive queue full (PACKET_STATISTICS)
-	TxFrames     uint64 // handed to the device
-	TxDropped    uint64 // refused by the device queue (ENOBUFS): lost on the wire
-	TxRejected   uint64 // refused by Write: over the MTU or runt
-	HeldPorts    int    // addresses whose UDP port 4791 Open holds
+	RxFrames      uint64 // delivered by Read
+	RxTooLarge    uint64 // dropped: larger than the caller's buffer
+	RxRunt        uint64 // dropped: shorter than an Ethernet header
+	RxKernelDrop  uint64 // dropped by the kernel: socket receive queue full (PACKET_STATISTICS)
+	RxMalformed   uint64 // dropped: a GSO frame that cannot be segmented, or bad checksum offload offsets
+	RxGSO         uint64 // UDP GSO frames (veth/bridge pass them unsegmented) split into segments
+	RxGSOSegments uint64 // frames delivered from them
+	TxFrames      uint64 // handed to the device
+	TxDropped     uint64 // refused by the device queue (ENOBUFS): lost on the wire
+	TxRejected    uint64 // refused by Write: over the MTU or runt
+	HeldPorts     int    // addresses whose UDP port 4791 Open holds
 }
 
 // Endpoint is an AF_PACKET link on one interface. See link.Endpoint for
@@ -86,6 +89,7 @@ type Endpoint struct {
 
 	st struct {
 		rxFrames, rxTooLarge, rxRunt, rxKernelDrop atomic.Uint64
+		rxMalformed, rxGSO, rxGSOSegments          atomic.Uint64
 		txFrames, txDropped, txRejected            atomic.Uint64
 	}
 	statsMu sync.Mutex // serialises PACKET_STATISTICS reads (they reset the kernel counter)
@@ -175,6 +179,10 @@ func (e *Endpoint) open() error {
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
 		return fmt.Errorf("afpacket: %s: PACKET_IGNORE_OUTGOING (Linux 4.20+): %w", name, err)
+	}
+	// Before bind, so every frame comes with its header (gso.go).
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+		return fmt.Errorf("afpacket: %s: PACKET_VNET_HDR: %w", name, err)
 	}
 	setBuffers(fd, e.cfg.RecvBuf, e.cfg.SendBuf)
 	if e.sndbuf, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil {
@@ -318,8 +326,9 @@ func (e *Endpoint) Stats() Stats {
 	c := &e.st
 	return Stats{
 		RxFrames: c.rxFrames.Load(), RxTooLarge: c.rxTooLarge.Load(), RxRunt: c.rxRunt.Load(),
-		RxKernelDrop: c.rxKernelDrop.Load(),
-		TxFrames:     c.txFrames.Load(), TxDropped: c.txDropped.Load(), TxRejected: c.txRejected.Load(),
+		RxKernelDrop: c.rxKernelDrop.Load(), RxMalformed: c.rxMalformed.Load(),
+		RxGSO: c.rxGSO.Load(), RxGSOSegments: c.rxGSOSegments.Load(),
+		TxFrames: c.txFrames.Load(), TxDropped: c.txDropped.Load(), TxRejected: c.txRejected.Load(),
 		HeldPorts: e.held,
 	}
 }

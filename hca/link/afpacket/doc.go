@@ -22,6 +22,19 @@
 //   - recvmmsg and sendmmsg move a whole batch per system call, straight
 //     between the kernel and the caller's buffers; the socket is
 //     non-blocking and waits in the Go netpoller, so Close unblocks Read.
+//   - PACKET_VNET_HDR puts a struct virtio_net_hdr before every frame.
+//     Veths, bridges and TAPs pass GSO skbs through unsegmented, so a
+//     kernel UDP sender with UDP_SEGMENT (the udp link, rdma_rxe does not)
+//     on the far side of a veth delivers up to 64 KiB of RoCE packets
+//     under one IP/UDP header, with a checksum only a NIC would finish.
+//     The header says so (gso_type UDP_L4, gso_size, NEEDS_CSUM), and Read
+//     segments the frame as the kernel would (IPv4 ID id+i, lengths,
+//     header and UDP checksums; gso.go) and finishes partial checksums.
+//     Such a frame lands partly in a per-message 64 KiB overflow buffer
+//     (address space until first used); it and the frames behind it in
+//     the batch are copied there and delivered over the next Reads. Frames
+//     that are not GSO are still received straight into the caller's
+//     buffers.
 //
 // Sends go through dev_queue_xmit (no PACKET_QDISC_BYPASS), so qdiscs and
 // the nftables netdev egress hook (netcfg.AddLoss) apply. A frame the
@@ -37,5 +50,5 @@
 // it was opened in (Config.NetNS, or the calling thread's).
 //
 // This package imports the standard library, golang.org/x/sys/unix, and
-// goroce's hca/link and hca/netcfg packages.
+// goroce's wire, hca/link and hca/netcfg packages.
 package afpacket

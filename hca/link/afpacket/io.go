@@ -14,25 +14,43 @@ import (
 )
 
 // Receive path, per Read:
-//  1. Point one iovec per caller buffer at bufs[i][offset:].
-//  2. recvmmsg (MSG_DONTWAIT inside the netpoller's RawConn.Read, which
+//  1. Deliver what an earlier Read left pending (the segments of a GSO
+//     frame and the frames received after it), and return if that gave
+//     anything.
+//  2. Point three iovecs per message at: its virtio_net_hdr slot, the
+//     caller's bufs[i][offset:], and the endpoint's 64 KiB overflow buffer
+//     for that message (a GSO frame larger than the caller's buffer).
+//  3. recvmmsg (MSG_DONTWAIT inside the netpoller's RawConn.Read, which
 //     parks the goroutine on EAGAIN and wakes it on data or Close).
-//  3. Drop truncated (MSG_TRUNC) and runt frames, counting them, and
-//     close up the gaps so frames 0..n-1 are in bufs[0..n-1].
+//  4. Walk the messages: drop (and count) truncated, runt and oversized
+//     frames, finish CHECKSUM_PARTIAL checksums, close up the gaps so frames
+//     0..n-1 are in bufs[0..n-1]. At the first UDP GSO frame, move it and
+//     every later message of the batch into their overflow buffers (they
+//     must not stay in caller memory past this Read) and deliver from there
+//     (gso.go).
 //
 // Send path, per Write:
 //  1. Check every frame (Ethernet header present, IP part within the MTU);
 //     stop the batch at the first bad one.
 //  2. sendmmsg the good prefix without addresses (the socket is bound to
-//     the interface); on EAGAIN wait for writability; a frame the device
-//     refuses (ENOBUFS) is counted in TxDropped and skipped.
+//     the interface), each frame after a zero virtio_net_hdr; on EAGAIN
+//     wait for writability; a frame the device refuses (ENOBUFS) is
+//     counted in TxDropped and skipped.
 
 const ethHdr = 14
 
 type rxState struct {
 	e    *Endpoint
 	msgs []unix.Mmsghdr
-	iovs []unix.Iovec
+	iovs []unix.Iovec // 3 per message
+	vnet []byte       // vnetHdrLen per message
+	over [][]byte     // per message overflow, maxFrame bytes; allocated by the first Read
+
+	// Pending messages pend..got-1, moved whole into over[]; flen[j] is
+	// message j's frame length, seg the next segment of message pend.
+	pend, got, seg int
+	flen           []int
+	lay            gsoLayout // layout of message pend when it is GSO (seg > 0)
 
 	fn    func(fd uintptr) bool
 	nmsg  int
@@ -42,8 +60,11 @@ type rxState struct {
 
 func (r *rxState) init(e *Endpoint) {
 	r.e = e
-	r.msgs = make([]unix.Mmsghdr, e.cfg.BatchSize)
-	r.iovs = make([]unix.Iovec, e.cfg.BatchSize)
+	n := e.cfg.BatchSize
+	r.msgs = make([]unix.Mmsghdr, n)
+	r.iovs = make([]unix.Iovec, 3*n)
+	r.vnet = make([]byte, vnetHdrLen*n)
+	r.flen = make([]int, n)
 	r.fn = r.recv
 }
 
@@ -53,7 +74,8 @@ func setIov(v *unix.Iovec, b []byte) {
 }
 
 // Read implements link.Endpoint. A frame larger than its buffer is dropped
-// and counted in RxTooLarge.
+// and counted in RxTooLarge; a UDP GSO frame is split into its segments,
+// which may be spread over several Reads.
 func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if e.closed.Load() {
 		return 0, link.ErrClosed
@@ -68,17 +90,38 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			return 0, io.ErrShortBuffer
 		}
 	}
+	if r.over == nil {
+		// Address space only until a GSO frame is received: large
+		// allocations come zeroed from the OS and are not touched here.
+		r.over = make([][]byte, e.cfg.BatchSize)
+		for i := range r.over {
+			r.over[i] = make([]byte, maxFrame)
+		}
+	}
 	for {
+		if r.pend < r.got {
+			if n := r.deliverPending(bufs[:k], sizes, offset); n > 0 {
+				raceAcquire()
+				e.st.rxFrames.Add(uint64(n))
+				return n, nil
+			}
+			continue
+		}
 		for i := range k {
-			setIov(&r.iovs[i], bufs[i][offset:])
+			v := r.iovs[3*i : 3*i+3]
+			setIov(&v[0], r.vnet[i*vnetHdrLen:(i+1)*vnetHdrLen])
+			setIov(&v[1], bufs[i][offset:])
+			setIov(&v[2], r.over[i])
 			m := &r.msgs[i]
 			*m = unix.Mmsghdr{}
-			m.Hdr.Iov = &r.iovs[i]
-			m.Hdr.SetIovlen(1)
+			m.Hdr.Iov = &v[0]
+			m.Hdr.SetIovlen(3)
 		}
 		r.nmsg, r.n, r.errno = k, 0, 0
 		err := e.rc.Read(r.fn)
-		clear(r.iovs[:k]) // do not keep the caller's buffers reachable
+		for i := range k {
+			r.iovs[3*i+1] = unix.Iovec{} // do not keep the caller's buffers reachable
+		}
 		if err != nil {
 			return 0, e.closedErr(err)
 		}
@@ -88,29 +131,146 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			}
 			return 0, fmt.Errorf("afpacket: %s: recvmmsg: %w", e.ifname, r.errno)
 		}
-		n := 0
-		for i := range r.n {
-			m := &r.msgs[i]
-			switch {
-			case m.Hdr.Flags&unix.MSG_TRUNC != 0:
-				e.st.rxTooLarge.Add(1)
-				continue
-			case m.Len < ethHdr:
-				e.st.rxRunt.Add(1)
-				continue
-			}
-			if n != i {
-				copy(bufs[n][offset:], bufs[i][offset:offset+int(m.Len)])
-			}
-			sizes[n] = int(m.Len)
-			n++
-		}
-		if n > 0 {
+		if n := r.deliver(bufs[:k], sizes, offset); n > 0 {
 			raceAcquire()
 			e.st.rxFrames.Add(uint64(n))
 			return n, nil
 		}
 	}
+}
+
+// deliver checks the r.n frames recvmmsg placed and compacts them to the
+// front of bufs; it hands a GSO frame and everything after it to the
+// pending queue.
+func (r *rxState) deliver(bufs [][]byte, sizes []int, offset int) int {
+	e := r.e
+	n := 0
+	for i := range r.n {
+		m := &r.msgs[i]
+		fl := int(m.Len) - vnetHdrLen
+		switch {
+		case m.Hdr.Flags&unix.MSG_TRUNC != 0:
+			e.st.rxTooLarge.Add(1)
+			continue
+		case fl < ethHdr:
+			e.st.rxRunt.Add(1)
+			continue
+		}
+		h := parseVnetHdr(r.vnet[i*vnetHdrLen:])
+		if h.gsoType != vnetGSONone {
+			r.stash(i, bufs, offset)
+			return n + r.deliverPending(bufs[n:], sizes[n:], offset)
+		}
+		b := bufs[i][offset:]
+		if fl > len(b) {
+			e.st.rxTooLarge.Add(1) // the rest went to the overflow buffer
+			continue
+		}
+		if h.flags&vnetFlagNeedsCsum != 0 && !finishChecksum(b[:fl], h.csumStart, h.csumOffset) {
+			e.st.rxMalformed.Add(1)
+			continue
+		}
+		if n != i {
+			copy(bufs[n][offset:], b[:fl])
+		}
+		sizes[n] = fl
+		n++
+	}
+	return n
+}
+
+// Pending frame lengths that mark a frame dropped at stash time.
+const (
+	pendTooLarge = -1
+	pendRunt     = -2
+)
+
+// stash moves messages i..r.n-1 whole into their overflow buffers (each
+// frame starts in the caller's buffer and may continue in the overflow) and
+// makes them the pending queue.
+func (r *rxState) stash(i int, bufs [][]byte, offset int) {
+	for j := i; j < r.n; j++ {
+		m := &r.msgs[j]
+		fl := int(m.Len) - vnetHdrLen
+		switch {
+		case m.Hdr.Flags&unix.MSG_TRUNC != 0 || fl > len(r.over[j]):
+			r.flen[j] = pendTooLarge // dropped and counted on delivery
+			continue
+		case fl < ethHdr:
+			r.flen[j] = pendRunt
+			continue
+		}
+		b := bufs[j][offset:]
+		in := min(fl, len(b))
+		copy(r.over[j][in:fl], r.over[j][:fl-in]) // memmove: the tail first
+		copy(r.over[j], b[:in])
+		r.flen[j] = fl
+	}
+	r.pend, r.got, r.seg = i, r.n, 0
+}
+
+// deliverPending delivers pending frames into bufs, splitting GSO frames.
+func (r *rxState) deliverPending(bufs [][]byte, sizes []int, offset int) int {
+	e := r.e
+	n := 0
+	for n < len(bufs) && r.pend < r.got {
+		j := r.pend
+		fl := r.flen[j]
+		switch fl {
+		case pendTooLarge:
+			e.st.rxTooLarge.Add(1)
+			r.pend++
+			continue
+		case pendRunt:
+			e.st.rxRunt.Add(1)
+			r.pend++
+			continue
+		}
+		f := r.over[j][:fl]
+		h := parseVnetHdr(r.vnet[j*vnetHdrLen:])
+		out := bufs[n][offset:]
+		if h.gsoType == vnetGSONone {
+			r.pend++
+			if fl > len(out) {
+				e.st.rxTooLarge.Add(1)
+				continue
+			}
+			copy(out, f)
+			if h.flags&vnetFlagNeedsCsum != 0 && !finishChecksum(out[:fl], h.csumStart, h.csumOffset) {
+				e.st.rxMalformed.Add(1)
+				continue
+			}
+			sizes[n] = fl
+			n++
+			continue
+		}
+		if r.seg == 0 {
+			var err error
+			if h.gsoType&^vnetGSOECN != vnetGSOUDPL4 {
+				err = errBadGSO // TCP: the filter passes none
+			} else {
+				r.lay, err = parseGSO(f, h.gsoSize)
+			}
+			if err != nil {
+				e.st.rxMalformed.Add(1)
+				r.pend++
+				continue
+			}
+			e.st.rxGSO.Add(1)
+		}
+		k := gsoSegment(f, &r.lay, h.gsoSize, r.seg, out)
+		if r.seg++; r.seg == r.lay.segs {
+			r.pend, r.seg = r.pend+1, 0
+		}
+		if k == 0 {
+			e.st.rxTooLarge.Add(1)
+			continue
+		}
+		e.st.rxGSOSegments.Add(1)
+		sizes[n] = k
+		n++
+	}
+	return n
 }
 
 // recv is the RawConn.Read callback.
@@ -126,6 +286,11 @@ func (r *rxState) recv(fd uintptr) bool {
 		case unix.EINTR, unix.ENOBUFS:
 			// ENOBUFS is a send's device drop left in sk_err (see
 			// txState.send) that this receive picked up first.
+		case unix.EINVAL:
+			// The kernel could not describe a frame's offloads in a
+			// virtio_net_hdr (packet_rcv_vnet) and dropped it; after a
+			// partial batch the error comes back on the next call.
+			r.e.st.rxMalformed.Add(1)
 		default:
 			r.errno = errno
 			return true
@@ -148,9 +313,13 @@ type txState struct {
 func (t *txState) init(e *Endpoint) {
 	t.e = e
 	t.msgs = make([]unix.Mmsghdr, e.cfg.BatchSize)
-	t.iovs = make([]unix.Iovec, e.cfg.BatchSize)
+	t.iovs = make([]unix.Iovec, 2*e.cfg.BatchSize)
 	t.fn = t.send
 }
+
+// noOffload is the virtio_net_hdr sent before every frame: no checksum
+// or segmentation asked of the kernel. Only the kernel reads it.
+var noOffload [vnetHdrLen]byte
 
 // frameIPLen is how many bytes of f count against the MTU: all but the
 // Ethernet header (and an 802.1Q tag).
@@ -197,11 +366,12 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		case frameIPLen(f) > e.mtu:
 			bad = link.ErrFrameTooLarge
 		default:
-			setIov(&t.iovs[i], f)
+			setIov(&t.iovs[2*i], noOffload[:])
+			setIov(&t.iovs[2*i+1], f)
 			m := &t.msgs[i]
 			*m = unix.Mmsghdr{}
-			m.Hdr.Iov = &t.iovs[i]
-			m.Hdr.SetIovlen(1)
+			m.Hdr.Iov = &t.iovs[2*i]
+			m.Hdr.SetIovlen(2)
 			continue
 		}
 		e.st.txRejected.Add(1)
@@ -221,7 +391,7 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 			err = fmt.Errorf("afpacket: %s: sendmmsg: %w", e.ifname, t.errno)
 		}
 	}
-	clear(t.iovs[:valid])
+	clear(t.iovs[:2*valid])
 	e.st.txFrames.Add(uint64(t.sent - t.drops))
 	if err != nil {
 		return t.sent, err
