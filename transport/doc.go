@@ -39,6 +39,17 @@
 //  4. Tick: local ACK timeout → go-back-N or RETRY_EXC_ERR; RNR wait over
 //     → go-back-N from the NAKed PSN.
 //
+// The requester's position is kept three ways that must always agree: the
+// WQE it is at, the bytes of that WQE already sent and the next PSN (the
+// WQE's first PSN plus one per MTU sent). Packet contents come from the
+// first two and the PSN from the third, so every path that moves one —
+// go-back-N (position), a completion of the WQE being re-sent
+// (completeHead), an ACK that overtakes a retry (syncReq) — moves all
+// three; the lossy tests assert this after every step (CheckRequester in
+// export_test.go). An implicit acknowledgement of a SEND/WRITE resets the
+// retry counters and ends a NAK-started retry, whatever response carried
+// it (rxe_comp.c check_psn).
+//
 // Choices where rxe and the IBA (or hardware) differ, or rxe has no answer:
 //   - A SEND larger than the receive buffer completes the receive WQE with
 //     LOC_LEN_ERR (IBA, hardware; rxe says REM_INV_REQ_ERR); the peer gets
