@@ -527,7 +527,41 @@ func (h *harness) canRun(c Case) string {
 	if !h.subs[c.Subcommand] {
 		return fmt.Sprintf("goroce has no `%s` subcommand yet", c.Subcommand)
 	}
+	if c.link() == "tun" || c.link() == "tap" {
+		return h.linkMissing(c.link())
+	}
 	return ""
+}
+
+var (
+	linkProbeMu sync.Mutex
+	linkProbe   = map[string]string{}
+)
+
+// linkMissing reports whether goroce's CLI has the link backend at all: it opens the HCA
+// with `goroce devinfo --link L --dev DEV` on a device made by linkSetup and looks for the
+// CLI's own "not built into this goroce yet" error. Anything else (including other
+// errors) counts as present, so the case runs and shows its real failure.
+func (h *harness) linkMissing(link string) string {
+	linkProbeMu.Lock()
+	defer linkProbeMu.Unlock()
+	if why, ok := linkProbe[link]; ok {
+		return why
+	}
+	dev := TapDev
+	if link == "tun" {
+		dev = TunDev
+	}
+	why := ""
+	if undo, err := h.linkSetup(link); err == nil {
+		out, _ := exec.Command("ip", "netns", "exec", NetNS, h.goroce, "devinfo", "--link", link, "--dev", dev).CombinedOutput()
+		undo()
+		if strings.Contains(string(out), "not built into this goroce") {
+			why = fmt.Sprintf("goroce has no `--link %s` backend yet (%s)", link, firstLine(string(out)))
+		}
+	}
+	linkProbe[link] = why
+	return why
 }
 
 func runCase(t *testing.T, c Case, d Direction) {
