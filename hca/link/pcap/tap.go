@@ -179,11 +179,12 @@ func (t *Tap) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // Write implements link.Endpoint; every frame the inner endpoint accepted is
 // captured.
 func (t *Tap) Write(bufs [][]byte, offset int) (int, error) {
-	n, err := t.inner.Write(bufs, offset)
-	if n > 0 {
-		t.record(bufs[:n], nil, offset)
-	}
-	return n, err
+	// Record before writing, as tcpdump sees a frame at dev_queue_xmit
+	// before the driver: recorded after the write, a fast peer's answer,
+	// read and recorded by the reader goroutine, could precede the request
+	// that caused it in the capture.
+	t.record(bufs, nil, offset)
+	return t.inner.Write(bufs, offset)
 }
 
 // record copies frames into the ring. sizes is nil for writes (the frame is
