@@ -342,3 +342,167 @@ func TestZeroAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestGSOToTapOnBridge answers whether a UDP GSO super-datagram reaches a
+// VM behind a bridge and a TAP (the interop setup: qemu's virtio-net on
+// tap, rdma_rxe in the guest) intact. A bridge forwards the GSO skb whole;
+// the TAP's transmit then segments it in software unless the TAP offers
+// UDP segmentation offload, which qemu turns on only with USO (TUN_F_USO4,
+// qemu 8.2+ and Linux 6.2+). The test reads the TAP fd the way qemu does
+// (IFF_VNET_HDR, TUNSETOFFLOAD):
+//
+//   - offloads of qemu 7.2 (CSUM, TSO4/6, ECN, UFO; the interop image's
+//     qemu): the guest gets n separate frames with IP IDs 0..n-1, each with
+//     a valid ICRC, as from a NIC;
+//   - plus USO4/USO6: one whole frame with gso_type UDP_L4 and gso_size one
+//     segment; a USO-capable guest would hand that skb to rxe's UDP tunnel
+//     socket, which does not accept UDP_L4 GSO and segments it
+//     (udp_rcv_segment), again IDs id+i.
+func TestGSOToTapOnBridge(t *testing.T) {
+	const (
+		tunFCsum   = 0x01
+		tunFTSO4   = 0x02
+		tunFTSO6   = 0x04
+		tunFTSOECN = 0x08
+		tunFUFO    = 0x10
+		tunFUSO4   = 0x20
+		tunFUSO6   = 0x40 // tun accepts USO4 only together with USO6
+	)
+	qemu72 := tunFCsum | tunFTSO4 | tunFTSO6 | tunFTSOECN | tunFUFO
+	for _, tc := range []struct {
+		name    string
+		offload int
+		whole   bool
+	}{
+		{"qemu-7.2-offloads", qemu72, false},
+		{"uso", qemu72 | tunFUSO4 | tunFUSO6, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNetNS(t)
+			var tap int
+			var a *Endpoint
+			ns.do(t, func() {
+				br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "rocebr0", MTU: 1500}}
+				if err := netlink.LinkAdd(br); err != nil {
+					t.Fatalf("bridge: %v", err)
+				}
+				var err error
+				tap, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+				if err != nil {
+					t.Skipf("no TUN device: %v", err)
+				}
+				var ifr [unix.IFNAMSIZ + 64]byte
+				copy(ifr[:], "rocetap0")
+				binary.NativeEndian.PutUint16(ifr[unix.IFNAMSIZ:], unix.IFF_TAP|unix.IFF_NO_PI|unix.IFF_VNET_HDR)
+				if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(tap), unix.TUNSETIFF, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
+					t.Fatalf("TUNSETIFF: %v", e)
+				}
+				if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(tap), unix.TUNSETOFFLOAD, uintptr(tc.offload)); e != 0 {
+					if tc.offload&tunFUSO4 != 0 {
+						t.Skipf("TUNSETOFFLOAD with USO: %v (Linux 6.2+)", e)
+					}
+					t.Fatalf("TUNSETOFFLOAD: %v", e)
+				}
+				l, err := netlink.LinkByName("rocetap0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range []func() error{
+					func() error { return netlink.LinkSetMaster(l, br) },
+					func() error { return netlink.LinkSetUp(l) },
+					func() error { return netlink.LinkSetUp(br) },
+					func() error {
+						_, ipn, _ := net.ParseCIDR("10.98.0.1/24")
+						ipn.IP = net.ParseIP("10.98.0.1")
+						return netlink.AddrAdd(br, &netlink.Addr{IPNet: ipn})
+					},
+					func() error { // the "VM": a MAC the bridge floods to the tap
+						return netlink.NeighAdd(&netlink.Neigh{LinkIndex: br.Attrs().Index, State: netlink.NUD_PERMANENT,
+							IP: net.ParseIP("10.98.0.2"), HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 2}})
+					},
+				} {
+					if err := f(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				a, err = Open(Config{Addr: netip.MustParseAddr("10.98.0.1")})
+				if err != nil {
+					t.Fatal(err)
+				}
+			})
+			defer unix.Close(tap)
+			defer a.Close()
+			if !a.GSO() {
+				t.Skip("kernel has no UDP_SEGMENT")
+			}
+			peer := &fakePeer{addr: netip.MustParseAddr("10.98.0.2")}
+			const n = 8
+			frames := mustFramesTo(t, a, peer, 300, n, 1024)
+			if w, err := a.Write(frames, 0); w != n || err != nil {
+				t.Fatalf("Write = %d, %v", w, err)
+			}
+			if st := a.Stats(); st.TxGSOBatches != 1 {
+				t.Fatalf("sender %+v: want one GSO batch", st)
+			}
+			const vnet = 10
+			buf := make([]byte, 65536+vnet)
+			var p wire.Packet
+			deadline := time.Now().Add(linktest.Timeout)
+			got := 0
+			for got < n {
+				left := time.Until(deadline)
+				if left <= 0 {
+					t.Fatalf("timed out after %v reading the TAP: %d of %d RoCE frames", linktest.Timeout, got, n)
+				}
+				pfd := []unix.PollFd{{Fd: int32(tap), Events: unix.POLLIN}}
+				unix.Poll(pfd, int(left/time.Millisecond)+1)
+				k, err := unix.Read(tap, buf)
+				if err == unix.EAGAIN || err == unix.EINTR {
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if k < vnet+14+28 || binary.BigEndian.Uint16(buf[vnet+12:]) != 0x0800 ||
+					buf[vnet+14+9] != unix.IPPROTO_UDP || binary.BigEndian.Uint16(buf[vnet+14+22:]) != 4791 {
+					continue // IPv6 router solicitations, ARP, ...
+				}
+				gsoType, gsoSize := buf[1], binary.NativeEndian.Uint16(buf[4:])
+				f := buf[vnet:k]
+				if tc.whole {
+					want := 14 + 28 + n*(len(frames[0])-28)
+					if gsoType != 5 || int(gsoSize) != len(frames[0])-28 || len(f) != want {
+						t.Fatalf("TAP read: gso_type %d, gso_size %d, %d bytes; want one UDP_L4 frame of %d bytes, segments of %d",
+							gsoType, gsoSize, len(f), want, len(frames[0])-28)
+					}
+					t.Logf("one %d-byte frame, gso_type UDP_L4, gso_size %d", len(f), gsoSize)
+					return
+				}
+				if gsoType != 0 || len(f) != 14+len(frames[got]) {
+					t.Fatalf("frame %d: gso_type %d, %d bytes; want a single %d-byte segment", got, gsoType, len(f), 14+len(frames[got]))
+				}
+				if id := wire.IPv4(f[14:]).ID(); id != uint16(got) {
+					t.Errorf("frame %d: IP ID %d", got, id)
+				}
+				if err := p.Decode(f, wire.FramingEthernet); err != nil {
+					t.Errorf("frame %d: %v", got, err)
+				}
+				got++
+			}
+			t.Logf("%d separate frames, IP IDs 0..%d, ICRCs valid", n, n-1)
+		})
+	}
+}
+
+func mustFramesTo(t testing.TB, a *Endpoint, peer link.Endpoint, psn0, n, payload int) [][]byte {
+	t.Helper()
+	fs := make([][]byte, n)
+	for i := range fs {
+		f, err := linktest.Frame(a, peer, bth.PSN(psn0+i), payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs[i] = f
+	}
+	return fs
+}

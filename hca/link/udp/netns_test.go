@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -103,20 +104,35 @@ func waitLocalRoutes(addrs []string) error {
 	return nil
 }
 
+var errAborted = errors.New("aborted")
+
 // do runs f on a thread inside the namespace; sockets f creates stay in it.
+// f may call t.Fatal or t.Skip: do then ends the test the same way (a
+// Goexit on f's goroutine would otherwise leave do waiting forever).
 func (n *netNS) do(t testing.TB, f func()) {
 	t.Helper()
-	done := make(chan error)
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if err := netns.Set(n.h); err != nil {
-			done <- err
-			return
+		returned := false
+		defer func() {
+			if !returned {
+				done <- errAborted // t.Fatal, t.Skip (runtime.Goexit)
+			}
+		}()
+		err := netns.Set(n.h)
+		if err == nil {
+			f()
 		}
-		f()
-		done <- nil
+		returned = true
+		done <- err
 	}()
-	if err := <-done; err != nil {
+	switch err := <-done; {
+	case err == errAborted && t.Skipped():
+		t.SkipNow()
+	case err == errAborted:
+		t.FailNow()
+	case err != nil:
 		t.Fatalf("entering the network namespace: %v", err)
 	}
 }
