@@ -153,8 +153,14 @@ func TestNoICMP(t *testing.T) {
 	}
 	send()
 	bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
-	if n, err := b.Read(bufs, sizes, 0); n != 1 || err != nil {
-		t.Fatalf("Read = %d, %v", n, err)
+	wd := linktest.NewWatchdog(linktest.Timeout, b)
+	n, err := b.Read(bufs, sizes, 0)
+	wd.Stop()
+	if err != nil {
+		t.Fatal(wd.Err(err, 0, 1))
+	}
+	if n != 1 {
+		t.Fatalf("Read = %d", n)
 	}
 	if unreachable() {
 		t.Fatal("ICMP port unreachable for a RoCEv2 frame while UDP 4791 is held")
@@ -188,10 +194,12 @@ func TestReadTruncated(t *testing.T) {
 	}
 	sizes := make([]int, 8)
 	got := 0
+	wd := linktest.NewWatchdog(linktest.Timeout, b)
+	defer wd.Stop()
 	for got < 3 {
 		n, err := b.Read(bufs[got:], sizes[got:], 0)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatal(wd.Err(err, got, 3))
 		}
 		got += n
 	}

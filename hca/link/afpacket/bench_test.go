@@ -3,6 +3,7 @@ package afpacket
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link/linktest"
@@ -22,15 +23,16 @@ func batch(t testing.TB, a, b *Endpoint, n, payload int) [][]byte {
 	return frames
 }
 
-// roundTrip writes frames on a and reads as many on b.
-func roundTrip(t testing.TB, a, b *Endpoint, frames, bufs [][]byte, sizes []int) {
+// roundTrip writes frames on a and reads as many on b; wd closes b if
+// they do not all come.
+func roundTrip(t testing.TB, wd *linktest.Watchdog, a, b *Endpoint, frames, bufs [][]byte, sizes []int) {
 	if n, err := a.Write(frames, 0); n != len(frames) || err != nil {
 		t.Fatalf("Write = %d, %v", n, err)
 	}
 	for got := 0; got < len(frames); {
 		n, err := b.Read(bufs[got:], sizes[got:], 0)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatal(wd.Err(err, got, len(frames)))
 		}
 		got += n
 	}
@@ -44,8 +46,10 @@ func TestZeroAllocs(t *testing.T) {
 		bufs[i] = make([]byte, 2048)
 	}
 	sizes := make([]int, len(bufs))
-	roundTrip(t, a, b, frames, bufs, sizes) // warm up
-	if n := testing.AllocsPerRun(50, func() { roundTrip(t, a, b, frames, bufs, sizes) }); n != 0 {
+	wd := linktest.NewWatchdog(linktest.Timeout, b)
+	defer wd.Stop()
+	roundTrip(t, wd, a, b, frames, bufs, sizes) // warm up
+	if n := testing.AllocsPerRun(50, func() { roundTrip(t, wd, a, b, frames, bufs, sizes) }); n != 0 {
 		t.Fatalf("%v allocations per batch of %d frames", n, len(frames))
 	}
 }
@@ -68,8 +72,10 @@ func BenchmarkWriteRead(b *testing.B) {
 			sizes := make([]int, len(bufs))
 			b.SetBytes(int64(len(frames) * len(frames[0])))
 			b.ReportAllocs()
+			wd := linktest.NewWatchdog(time.Minute, eb) // a lost frame fails the benchmark
+			defer wd.Stop()
 			for b.Loop() {
-				roundTrip(b, ea, eb, frames, bufs, sizes)
+				roundTrip(b, wd, ea, eb, frames, bufs, sizes)
 			}
 			b.ReportMetric(float64(b.N*len(frames))/b.Elapsed().Seconds(), "frames/s")
 		})

@@ -73,7 +73,14 @@ func benchOneWay(b *testing.B, r *routed, payload int) {
 		// packets for a TUN reader and drops beyond that, as an RC
 		// sender's window would prevent.
 		for sent-acked > window {
-			acked += <-credits
+			select {
+			case k := <-credits:
+				acked += k
+			case <-time.After(linktest.Timeout):
+				// More than a window lost: never block forever.
+				eb.Close()
+				b.Fatalf("no frame read for %v: %d sent, %d read", linktest.Timeout, sent, recvd.Load())
+			}
 		}
 		k := min(batch, b.N-sent)
 		n, err := ea.Write(frames[:k], 0)

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
@@ -60,12 +59,15 @@ func (h *hairpin) frame(t testing.TB, psn bth.PSN, payload int) []byte {
 // comes).
 func readOne(t testing.TB, e *Endpoint, buf []byte) []byte {
 	t.Helper()
-	w := time.AfterFunc(linktest.Timeout, func() { e.Close() })
-	defer w.Stop()
+	wd := linktest.NewWatchdog(linktest.Timeout, e)
+	defer wd.Stop()
 	sizes := []int{0}
 	n, err := e.Read([][]byte{buf}, sizes, 0)
-	if err != nil || n != 1 {
-		t.Fatalf("Read = %d, %v", n, err)
+	if err != nil {
+		t.Fatal(wd.Err(err, 0, 1))
+	}
+	if n != 1 {
+		t.Fatalf("Read = %d", n)
 	}
 	return buf[:sizes[0]]
 }
@@ -270,6 +272,8 @@ func TestZeroAllocs(t *testing.T) {
 		bufs[i] = make([]byte, 2048)
 	}
 	sizes := make([]int, len(bufs))
+	wd := linktest.NewWatchdog(linktest.Timeout, h.e) // a lost frame fails, never hangs
+	defer wd.Stop()
 	allocs := testing.AllocsPerRun(200, func() {
 		if n, err := h.e.Write(frames, 0); n != len(frames) || err != nil {
 			t.Fatalf("Write = %d, %v", n, err)
@@ -277,7 +281,7 @@ func TestZeroAllocs(t *testing.T) {
 		for got := 0; got < len(frames); {
 			n, err := h.e.Read(bufs, sizes, 0)
 			if err != nil {
-				t.Fatalf("Read: %v", err)
+				t.Fatal(wd.Err(err, got, len(frames)))
 			}
 			got += n
 		}
