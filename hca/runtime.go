@@ -327,17 +327,26 @@ func (rt *runtime) countDecodeError(err error) {
 	}
 }
 
-// afterEngine runs with q.mu held after any engine call: reschedule the
-// QP's timer and mark it active so the worker asks it for packets.
+// afterEngine runs with q.mu held after an engine call that may have
+// produced packets: reschedule the QP's timer and mark it active so the
+// pump asks it for packets.
 func (rt *runtime) afterEngine(q *QP) {
+	rt.schedule(q)
+	rt.activate(q)
+}
+
+// schedule pushes q's engine deadline into the timer heap when it changed;
+// q.mu must be held. Stale heap entries are skipped when they surface.
+func (rt *runtime) schedule(q *QP) {
 	dl := q.eng.Deadline()
-	if dl != transport.Never && dl != q.sched {
+	if dl == transport.Never {
+		q.sched = 0
+		return
+	}
+	if dl != q.sched {
 		q.sched = dl
 		rt.timers.push(timerEntry{at: dl, q: q})
-	} else if dl == transport.Never {
-		q.sched = 0
 	}
-	rt.activate(q)
 }
 
 func (rt *runtime) fireTimers(now transport.Time) {
@@ -395,7 +404,7 @@ func (rt *runtime) transmit(now transport.Time) {
 				more = true
 			}
 		}
-		rt.afterEngineNoActivate(q)
+		rt.schedule(q)
 		q.mu.Unlock()
 		if more {
 			keep = append(keep, q)
@@ -437,14 +446,6 @@ func (rt *runtime) queueFrame(buf []byte, bthOff, n int, addr *wire.Addr) {
 	rt.txOut = append(rt.txOut, buf[off-rt.lhr:off+len(frame)])
 	if len(rt.txOut) == cap(rt.txOut) {
 		rt.flush()
-	}
-}
-
-func (rt *runtime) afterEngineNoActivate(q *QP) {
-	dl := q.eng.Deadline()
-	if dl != transport.Never && dl != q.sched {
-		q.sched = dl
-		rt.timers.push(timerEntry{at: dl, q: q})
 	}
 }
 
