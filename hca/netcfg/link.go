@@ -319,3 +319,29 @@ func SetSysctl(ns *NetNS, key, value string) error {
 		return nil
 	})
 }
+
+// AddNeighbour adds a permanent neighbour entry (ip neigh replace ... lladdr
+// mac nud permanent) for ip on ifname in ns: how the kernel reaches a host
+// that answers no ARP/NDP, such as a goroce HCA behind a TAP device.
+func AddNeighbour(ns *NetNS, ifname string, ip netip.Addr, mac net.HardwareAddr) error {
+	if !ip.IsValid() || len(mac) != 6 {
+		return fmt.Errorf("netcfg: neighbour %v lladdr %v on %q: need an IP address and a MAC-48", ip, mac, ifname)
+	}
+	return ns.Do(func() error {
+		l, err := linkByName(ifname)
+		if err != nil {
+			return err
+		}
+		ip := ip.Unmap()
+		family := netlink.FAMILY_V4
+		if ip.Is6() {
+			family = netlink.FAMILY_V6
+		}
+		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, Family: family, State: netlink.NUD_PERMANENT,
+			IP: ip.AsSlice(), HardwareAddr: mac}
+		if err := netlink.NeighSet(n); err != nil {
+			return fmt.Errorf("netcfg: neighbour %v lladdr %v on %q: %w", ip, mac, ifname, permErr(err))
+		}
+		return nil
+	})
+}

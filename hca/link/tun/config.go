@@ -4,6 +4,7 @@ package tun
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/goroce/goroce/hca/netcfg"
@@ -12,7 +13,7 @@ import (
 // configure sets the MTU, the kernel's address, the routes towards the
 // goroce host, and brings the device up, all in the calling thread's
 // namespace (netcfg with a nil NetNS), where water created it.
-func configure(name string, cfg *Config) error {
+func configure(name string, cfg *Config, mac net.HardwareAddr) error {
 	if err := netcfg.SetMTU(nil, name, cfg.MTU); err != nil {
 		return fmt.Errorf("tun: %w", err)
 	}
@@ -23,6 +24,13 @@ func configure(name string, cfg *Config) error {
 	}
 	if err := netcfg.SetUp(nil, name); err != nil {
 		return fmt.Errorf("tun: %w", err)
+	}
+	if cfg.Mode == TAP && cfg.KernelAddr.IsValid() {
+		// The kernel reaches the goroce host by ARP/NDP on the TAP, which
+		// goroce does not answer: tell it the host's MAC.
+		if err := netcfg.AddNeighbour(nil, name, cfg.Addr.Addr(), mac); err != nil {
+			return fmt.Errorf("tun: %w", err)
+		}
 	}
 	if cfg.Mode == TUN {
 		// The goroce host's subnet is on the device. A TUN has no

@@ -38,7 +38,15 @@
 //     (Config.HardwareAddr, default a locally administered address derived
 //     from Addr) is not the TAP's own MAC; the kernel has no ARP answers from
 //     the HCA (goroce speaks no ARP/NDP), so next hops are resolved by the
-//     caller (hca.Options.Resolver or AHAttr.DMAC).
+//     caller (hca.Options.Resolver or AHAttr.DMAC). When Open gives a TAP a
+//     KernelAddr it also adds a permanent neighbour entry for Addr with the
+//     HCA's MAC, so the kernel (a UDP socket or rdma_rxe on KernelAddr, or
+//     routing) reaches the HCA; the HCA's next hop is then the TAP's MAC.
+//
+// Config.Attach opens an existing persistent device instead (ip tuntap
+// add; the interop harness puts one on its bridge) and configures nothing:
+// its owner set addresses, routes and neighbours, and it outlives the
+// endpoint.
 //
 // # Data path
 //

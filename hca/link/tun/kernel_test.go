@@ -5,10 +5,14 @@ package tun
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
@@ -288,5 +292,111 @@ func TestZeroAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per Write+Read of %d frames", allocs, len(frames))
+	}
+}
+
+// persistent makes a persistent device (what `ip tuntap add` does:
+// TUNSETIFF, TUNSETPERSIST, close) inside ns.
+func persistent(t *testing.T, ns *netcfg.NetNS, name string, mode Mode) {
+	t.Helper()
+	err := ns.Do(func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		ifr, err := unix.NewIfreq(name)
+		if err != nil {
+			return err
+		}
+		flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		if mode == TAP {
+			flags = unix.IFF_TAP | unix.IFF_NO_PI
+		}
+		ifr.SetUint16(flags)
+		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			return fmt.Errorf("TUNSETIFF: %w", err)
+		}
+		return unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1)
+	})
+	if err != nil {
+		t.Fatalf("persistent %s %s: %v", mode, name, err)
+	}
+}
+
+// TestAttach opens existing persistent devices (Config.Attach): the MTU is
+// the device's, nothing is configured, traffic flows, and the device
+// outlives the endpoint. Attaching to a missing device, one of the other
+// mode or a non-TUN interface fails with a clear error.
+func TestAttach(t *testing.T) {
+	ns := newNS(t)
+	persistent(t, ns, "grptun0", TUN)
+	persistent(t, ns, "grptap0", TAP)
+	if err := netcfg.SetMTU(ns, "grptun0", 1400); err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range []string{"grptun0", "grptap0"} {
+		if err := netcfg.SetUp(ns, dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Configure the TUN by hand, as an admin would, for a hairpin: the
+	// kernel routes frames to the absent .3 back into the device.
+	sysctl(t, ns, "net/ipv4/ip_forward", "1")
+	for _, k := range []string{"all", "default"} {
+		sysctl(t, ns, "net/ipv4/conf/"+k+"/send_redirects", "0")
+		sysctl(t, ns, "net/ipv4/conf/"+k+"/rp_filter", "0")
+	}
+	must(t, netcfg.AddAddr(ns, "grptun0", pfx("10.71.9.1/24")))
+	e := openIn(t, ns, Config{Name: "grptun0", Addr: pfx("10.71.9.2/32"), Attach: true})
+	if e.MTU() != 1400 || e.Name() != "grptun0" || e.Format() != link.FormatIP {
+		t.Fatalf("attached: MTU %d name %q format %v; want 1400, grptun0, IP", e.MTU(), e.Name(), e.Format())
+	}
+	peer := &Endpoint{format: link.FormatIP, addrs: []netip.Addr{netip.MustParseAddr("10.71.9.3")}}
+	f, err := linktest.Frame(e, peer, 1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.Write([][]byte{f}, 0); n != 1 || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if got := readOne(t, e, make([]byte, 2048)); !linktest.Equivalent(got, f, link.FormatIP) {
+		t.Fatal("the hairpinned frame differs")
+	}
+	tap := openIn(t, ns, Config{Name: "grptap0", Mode: TAP, Addr: pfx("10.71.8.2/24"), Attach: true})
+	if tap.Format() != link.FormatEthernet || tap.MTU() != 1500 {
+		t.Fatalf("attached TAP: format %v MTU %d", tap.Format(), tap.MTU())
+	}
+	e.Close()
+	tap.Close()
+	for _, dev := range []string{"grptun0", "grptap0"} {
+		if err := ns.Do(func() error { _, err := netcfg.LinkByName(dev); return err }); err != nil {
+			t.Errorf("%s gone after Close: %v", dev, err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		is   error
+		msg  string
+	}{
+		{"missing", Config{Name: "grnosuch0", Addr: pfx("10.71.9.2/32"), Attach: true}, netcfg.ErrNoInterface, "grnosuch0"},
+		{"tun as tap", Config{Name: "grptun0", Mode: TAP, Addr: pfx("10.71.9.2/32"), Attach: true}, ErrBadConfig, `"grptun0" is a tun device, not tap`},
+		{"tap as tun", Config{Name: "grptap0", Addr: pfx("10.71.9.2/32"), Attach: true}, ErrBadConfig, `"grptap0" is a tap device, not tun`},
+		{"not tuntap", Config{Name: "lo", Addr: pfx("10.71.9.2/32"), Attach: true}, ErrBadConfig, "not TUN/TAP"},
+		{"no name", Config{Addr: pfx("10.71.9.2/32"), Attach: true}, ErrBadConfig, "Attach needs the device Name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ns.Do(func() error {
+				e, err := Open(tc.cfg)
+				if err == nil {
+					e.Close()
+				}
+				return err
+			})
+			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("Open = %v; want %v containing %q", err, tc.is, tc.msg)
+			}
+		})
 	}
 }

@@ -78,6 +78,12 @@ type Config struct {
 	// or routes, and down. The caller configures it (Endpoint.Name gives
 	// the interface); MTU still bounds Write.
 	NoConfigure bool
+	// Attach opens the existing persistent device Name (made by `ip
+	// tuntap add dev NAME mode tun|tap`, perhaps already on a bridge or
+	// routed to) instead of creating one, and configures nothing (as
+	// NoConfigure): whoever made it set its addresses, routes and state,
+	// and it outlives the endpoint. MTU 0 means the device's MTU.
+	Attach bool
 }
 
 // Stats are the endpoint's counters.
@@ -129,10 +135,16 @@ type Endpoint struct {
 
 var _ link.Endpoint = (*Endpoint)(nil)
 
-// Open creates the device and configures it (unless cfg.NoConfigure). The
-// device lives in the network namespace of the calling thread and
-// disappears when the endpoint is closed.
+// Open creates the device and configures it (unless cfg.NoConfigure), or
+// attaches to an existing one (cfg.Attach). The device lives in the network
+// namespace of the calling thread; one Open created disappears when the
+// endpoint is closed.
 func Open(cfg Config) (*Endpoint, error) {
+	if cfg.Attach {
+		if err := cfg.checkAttach(); err != nil {
+			return nil, err
+		}
+	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -149,7 +161,8 @@ func Open(cfg Config) (*Endpoint, error) {
 		}
 	}
 	wc.Name = cfg.Name
-	if cfg.Name != "" {
+	wc.Persist = cfg.Attach // water leaves TUNSETPERSIST alone then
+	if cfg.Name != "" && !cfg.Attach {
 		// water leaks its fd when TUNSETIFF fails (an existing device of
 		// another kind or in use), so refuse a taken name first.
 		if _, err := netcfg.LinkByName(cfg.Name); err == nil {
@@ -176,8 +189,8 @@ func Open(cfg Config) (*Endpoint, error) {
 		ifc.Close()
 		return nil, fmt.Errorf("tun: %w", err)
 	}
-	if !cfg.NoConfigure {
-		if err := configure(e.name, &cfg); err != nil {
+	if !cfg.NoConfigure && !cfg.Attach {
+		if err := configure(e.name, &cfg, e.mac); err != nil {
 			ifc.Close()
 			return nil, err
 		}
@@ -185,6 +198,32 @@ func Open(cfg Config) (*Endpoint, error) {
 	e.rx.init(e)
 	e.tx.init(e)
 	return e, nil
+}
+
+// checkAttach checks that c.Name is an existing TUN/TAP device of c.Mode
+// and takes its MTU when c.MTU is 0.
+func (c *Config) checkAttach() error {
+	if c.Name == "" {
+		return fmt.Errorf("%w: Attach needs the device Name", ErrBadConfig)
+	}
+	l, err := netcfg.LinkByName(c.Name)
+	if err != nil {
+		return fmt.Errorf("tun: attaching to %q: %w", c.Name, err)
+	}
+	if l.Kind != "tuntap" {
+		return fmt.Errorf("%w: %q is a %s device, not TUN/TAP", ErrBadConfig, c.Name, l.Kind)
+	}
+	if isTAP := len(l.HardwareAddr) == 6; isTAP != (c.Mode == TAP) {
+		other := TUN
+		if isTAP {
+			other = TAP
+		}
+		return fmt.Errorf("%w: %q is a %s device, not %s", ErrBadConfig, c.Name, other, c.Mode)
+	}
+	if c.MTU == 0 {
+		c.MTU = l.MTU
+	}
+	return nil
 }
 
 func (c *Config) check() error {
