@@ -13,6 +13,18 @@ package main
 // without --addr therefore listens for RoCE on loopback only, which is what
 // a local try-out wants; talking to another host needs --addr or --dev.
 //
+// The tun and tap links put the goroce host behind a TUN or TAP device (see
+// hca/link/tun's documentation for the topology): --addr is the host's own
+// address, which is not on any kernel interface. With --dev naming an
+// existing persistent device (ip tuntap add) goroce attaches to it and
+// configures nothing; otherwise it creates the device (named --dev, or by
+// the kernel), and --addr needs a prefix length (the subnet routed into a
+// TUN), --kernel-addr optionally gives the kernel's own address on the
+// device and --routes further prefixes routed into it. On a TAP, next hops
+// are the kernel's side of the device when --kernel-addr is set (the kernel
+// routes); otherwise the kernel's neighbour table (a TAP on a bridge with
+// the peers) resolves them.
+//
 // Every failure to open a link is a *linkError whose Kind is one of the
 // errLink* sentinels, printed as one line naming the cause.
 
@@ -33,6 +45,7 @@ import (
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/afpacket"
 	"github.com/goroce/goroce/hca/link/pcap"
+	"github.com/goroce/goroce/hca/link/tun"
 	"github.com/goroce/goroce/hca/link/udp"
 	"github.com/goroce/goroce/hca/netcfg"
 )
@@ -93,6 +106,11 @@ type linkSettings struct {
 	Encap string     // encapRoCE2 (default) or encapRoCE1
 	MTU   int        // caps the link MTU in bytes; 0: the interface's
 	Pcap  string     // capture file; "" for none
+
+	// tun and tap only.
+	AddrBits   int            // prefix length given with Addr; 0: none
+	KernelAddr netip.Prefix   // the kernel's address on a created device
+	Routes     []netip.Prefix // more prefixes routed into a created device
 }
 
 // linkFlags holds the link flags registered on a FlagSet.
@@ -105,6 +123,8 @@ type linkFlags struct {
 	encap  string
 	mtu    int
 	pcap   string
+	kaddr  string
+	routes string
 }
 
 // linkUsage documents the link flags and the config file for a command's
@@ -112,14 +132,20 @@ type linkFlags struct {
 const linkUsage = `Link configuration (flags win over --config):
   --link udp|afpacket|tun|tap   backend (default udp: RoCEv2 over kernel UDP
                                 sockets on port 4791, needs CAP_NET_RAW for IPv4)
-  --dev IFNAME                  network interface
+  --dev IFNAME                  network interface; tun/tap: the device to create,
+                                or an existing persistent one to attach to
   --addr IP                     local address; default: --dev's first address,
-                                else the source address towards HOST, else 127.0.0.1
+                                else the source address towards HOST, else 127.0.0.1;
+                                tun/tap: IP/LEN, the goroce host behind the device
+                                (the length may be left out when attaching)
+  --kernel-addr IP/LEN          tun/tap: the kernel's address on a created device
+  --routes PREFIX[,PREFIX...]   tun/tap: more prefixes routed into a created device
   --encap roce2|roce1           encapsulation (roce1 needs an Ethernet link)
-  --link-mtu BYTES              cap the link MTU (--mtu is the tools' path MTU)
+  --link-mtu BYTES              cap the link MTU (--mtu is the tools' path MTU);
+                                tun/tap: the MTU of a created device (default 4200)
   --pcap FILE                   capture every frame of the link to FILE
-  --config FILE                 key=value lines: link, dev, addr, encap, mtu, pcap
-                                ('#' starts a comment)`
+  --config FILE                 key=value lines: link, dev, addr, kernel-addr, routes,
+                                encap, mtu, pcap ('#' starts a comment)`
 
 // addLinkFlags registers --link, --dev, --addr, --encap, --link-mtu, --pcap
 // and --config on fs. The link MTU flag is not --mtu because the tools that
@@ -129,7 +155,9 @@ func addLinkFlags(fs *flag.FlagSet) *linkFlags {
 	fs.StringVar(&lf.config, "config", "", "read the link configuration from `FILE` (key=value lines)")
 	fs.StringVar(&lf.link, "link", linkUDP, "link backend: udp, afpacket, tun or tap")
 	fs.StringVar(&lf.dev, "dev", "", "network interface `IFNAME`")
-	fs.StringVar(&lf.addr, "addr", "", "local `IP` address goroce uses")
+	fs.StringVar(&lf.addr, "addr", "", "local `IP` address goroce uses (tun/tap: IP/LEN)")
+	fs.StringVar(&lf.kaddr, "kernel-addr", "", "tun/tap: the kernel's address `IP/LEN` on the device goroce creates")
+	fs.StringVar(&lf.routes, "routes", "", "tun/tap: `PREFIXES` (comma-separated) routed into the device goroce creates")
 	fs.StringVar(&lf.encap, "encap", encapRoCE2, "encapsulation: roce2 or roce1")
 	fs.IntVar(&lf.mtu, "link-mtu", 0, "cap the link MTU to `BYTES` (0: the interface's; config key mtu)")
 	fs.StringVar(&lf.pcap, "pcap", "", "capture the link's frames to `FILE`")
@@ -162,17 +190,20 @@ func (lf *linkFlags) settings() (linkSettings, error) {
 	}
 	mtu := strconv.Itoa(lf.mtu)
 	return parseLinkSettings(map[string]string{
-		"link":  pick("link", lf.link),
-		"dev":   pick("dev", lf.dev),
-		"addr":  pick("addr", lf.addr),
-		"encap": pick("encap", lf.encap),
-		"mtu":   pickAs("mtu", "link-mtu", mtu),
-		"pcap":  pick("pcap", lf.pcap),
+		"link":        pick("link", lf.link),
+		"dev":         pick("dev", lf.dev),
+		"addr":        pick("addr", lf.addr),
+		"kernel-addr": pick("kernel-addr", lf.kaddr),
+		"routes":      pick("routes", lf.routes),
+		"encap":       pick("encap", lf.encap),
+		"mtu":         pickAs("mtu", "link-mtu", mtu),
+		"pcap":        pick("pcap", lf.pcap),
 	})
 }
 
 // linkConfigKeys are the keys a config file may hold.
-var linkConfigKeys = map[string]bool{"link": true, "dev": true, "addr": true, "encap": true, "mtu": true, "pcap": true}
+var linkConfigKeys = map[string]bool{"link": true, "dev": true, "addr": true, "kernel-addr": true, "routes": true,
+	"encap": true, "mtu": true, "pcap": true}
 
 // readLinkConfig reads key=value lines. Blank lines and lines starting with
 // '#' are skipped; an unknown key, a line without '=' or a key given twice
@@ -196,7 +227,7 @@ func readLinkConfig(name string) (map[string]string, error) {
 		case !ok:
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, line)
 		case !linkConfigKeys[k]:
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, encap, mtu or pcap)", name, n, k)
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu or pcap)", name, n, k)
 		}
 		if _, dup := kv[k]; dup {
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: key %q given twice", name, n, k)
@@ -222,8 +253,24 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 		return s, linkErrf(errLinkConfig, nil, "unknown link %q (want udp, afpacket, tun or tap)", s.Link)
 	}
 	s.Dev = kv["dev"]
+	behind := s.Link == linkTUN || s.Link == linkTAP // the goroce host is behind a device
 	if a := kv["addr"]; a != "" {
 		ip, err := netip.ParseAddr(a)
+		if strings.Contains(a, "/") {
+			if !behind {
+				return s, linkErrf(errLinkConfig, nil, "addr %q: a prefix length belongs to --link tun or tap (the %s link uses the interface's address)", a, s.Link)
+			}
+			var p netip.Prefix
+			if p, err = netip.ParsePrefix(a); err == nil {
+				ip, s.AddrBits = p.Addr(), p.Bits()
+				if ip.Is4In6() {
+					s.AddrBits -= 96
+				}
+				if s.AddrBits == 0 {
+					return s, linkErrf(errLinkConfig, nil, "addr %q: prefix length 0", a)
+				}
+			}
+		}
 		if err != nil || ip.Zone() != "" {
 			return s, linkErrf(errLinkConfig, nil, "addr %q is not an IPv4 or IPv6 address", a)
 		}
@@ -256,8 +303,46 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 		s.MTU = n
 	}
 	s.Pcap = kv["pcap"]
-	if s.Dev == "" && (s.Link == linkAFPacket || s.Link == linkTUN || s.Link == linkTAP) {
+	if s.Dev == "" && s.Link == linkAFPacket {
 		return s, linkErrf(errLinkConfig, nil, "link %s needs --dev", s.Link)
+	}
+	if k := kv["kernel-addr"]; k != "" {
+		if !behind {
+			return s, linkErrf(errLinkConfig, nil, "kernel-addr applies to --link tun or tap only")
+		}
+		p, err := netip.ParsePrefix(k)
+		if err != nil || p.Addr().Zone() != "" {
+			return s, linkErrf(errLinkConfig, nil, "kernel-addr %q is not an address with a prefix length (e.g. 10.99.1.1/24)", k)
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		s.KernelAddr = p
+	}
+	if r := kv["routes"]; r != "" {
+		if !behind {
+			return s, linkErrf(errLinkConfig, nil, "routes apply to --link tun or tap only")
+		}
+		for _, x := range strings.Split(r, ",") {
+			p, err := netip.ParsePrefix(strings.TrimSpace(x))
+			if err != nil {
+				return s, linkErrf(errLinkConfig, nil, "route %q is not a prefix (e.g. 10.99.2.0/24)", x)
+			}
+			s.Routes = append(s.Routes, p.Masked())
+		}
+	}
+	if behind {
+		if !s.Addr.IsValid() {
+			return s, linkErrf(errLinkConfig, nil, "link %s needs --addr: the goroce host's address behind the device (e.g. 10.99.1.2/24)", s.Link)
+		}
+		if s.KernelAddr.IsValid() {
+			if s.KernelAddr.Addr() == s.Addr {
+				return s, linkErrf(errLinkConfig, nil, "kernel-addr %s is the goroce host's own address: the kernel would keep the peer's packets", s.KernelAddr.Addr())
+			}
+			if s.KernelAddr.Addr().Is4() != s.Addr.Is4() {
+				return s, linkErrf(errLinkConfig, nil, "kernel-addr %s and addr %s are of different IP versions", s.KernelAddr, s.Addr)
+			}
+		}
 	}
 	return s, nil
 }
@@ -265,6 +350,9 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 // resolveAddr fills in s.Addr (see the package comment); peer is the HOST
 // argument of a client, "" for a server or a local command.
 func resolveAddr(s linkSettings, peer string) (linkSettings, error) {
+	if s.Link == linkTUN || s.Link == linkTAP {
+		return s, nil // Addr is required and belongs to no kernel interface
+	}
 	if s.Dev != "" {
 		ifc, err := net.InterfaceByName(s.Dev)
 		if err != nil {
@@ -381,6 +469,9 @@ var openUDPLink = func(cfg udp.Config) (link.Endpoint, error) { return udp.Open(
 // openAFPacketLink is afpacket.Open, replaceable by tests.
 var openAFPacketLink = func(cfg afpacket.Config) (link.Endpoint, error) { return afpacket.Open(cfg) }
 
+// openTunLink is tun.Open, replaceable by tests.
+var openTunLink = func(cfg tun.Config) (*tun.Endpoint, error) { return tun.Open(cfg) }
+
 // openLink opens the endpoint for s (s.Addr already resolved).
 func openLink(s linkSettings) (link.Endpoint, error) {
 	switch s.Link {
@@ -412,8 +503,68 @@ func openLink(s linkSettings) (link.Endpoint, error) {
 			return nil, classifyOpenErr(err, what)
 		}
 		return ep, nil
+	case linkTUN, linkTAP:
+		ep, err := openTun(s)
+		if err != nil {
+			return nil, err
+		}
+		return ep, nil
 	}
 	return nil, linkErrf(errLinkUnavailable, nil, "link %s is not built into this goroce yet", s.Link)
+}
+
+// openTun creates or attaches to the TUN/TAP device of s.
+func openTun(s linkSettings) (*tun.Endpoint, error) {
+	cfg := tun.Config{Name: s.Dev, MTU: s.MTU, KernelAddr: s.KernelAddr, Routes: s.Routes}
+	if s.Link == linkTAP {
+		cfg.Mode = tun.TAP
+	}
+	bits := s.AddrBits
+	what := s.Link + " device"
+	if s.Dev != "" {
+		what += " " + s.Dev
+	}
+	if s.Dev != "" {
+		if _, err := netcfg.LinkByName(s.Dev); err == nil {
+			// A persistent device someone made: use it as it is.
+			if s.KernelAddr.IsValid() || len(s.Routes) > 0 {
+				return nil, linkErrf(errLinkConfig, nil, "%s exists: --kernel-addr and --routes configure a device goroce creates (configure an existing one with ip)", what)
+			}
+			cfg.Attach = true
+			if bits == 0 {
+				bits = s.Addr.BitLen()
+			}
+		}
+	}
+	if bits == 0 {
+		return nil, linkErrf(errLinkConfig, nil, "creating the %s: --addr needs a prefix length (e.g. %s/24): the goroce host's subnet is routed into the device", what, s.Addr)
+	}
+	cfg.Addr = netip.PrefixFrom(s.Addr, bits)
+	ep, err := openTunLink(cfg)
+	if err == nil {
+		return ep, nil
+	}
+	switch {
+	case errors.Is(err, tun.ErrBadConfig):
+		return nil, linkErrf(errLinkConfig, err, "%s", what)
+	case errors.Is(err, netcfg.ErrPermission), errors.Is(err, os.ErrPermission):
+		return nil, linkErrf(errLinkPrivilege, err, "%s: permission denied (TUN/TAP devices need root or CAP_NET_ADMIN)", what)
+	case errors.Is(err, netcfg.ErrExists):
+		return nil, linkErrf(errLinkBusy, err, "%s: an address or route it needs exists already", what)
+	case errors.Is(err, syscall.EBUSY):
+		return nil, linkErrf(errLinkBusy, err, "%s: in use by another process", what)
+	case errors.Is(err, os.ErrNotExist):
+		return nil, linkErrf(errLinkUnavailable, err, "%s: no /dev/net/tun (load the tun module)", what)
+	}
+	return nil, classifyOpenErr(err, what)
+}
+
+// gatewayResolver answers every next hop with one MAC: the kernel's side
+// of a TAP device with an address, which routes for the goroce host.
+type gatewayResolver net.HardwareAddr
+
+func (g gatewayResolver) Resolve(netip.Addr) (net.HardwareAddr, error) {
+	return net.HardwareAddr(g), nil
 }
 
 // classifyOpenErr turns a backend's open error into a *linkError of the
@@ -452,6 +603,30 @@ func openDevice(s linkSettings, peer, name string) (*openedDevice, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Next hops come from the kernel's routes and neighbour table.
+	var resolver hca.Resolver
+	switch e := ep.(type) {
+	case *tun.Endpoint:
+		s.Dev = e.Name()
+		if e.Format() == link.FormatEthernet {
+			if s.KernelAddr.IsValid() {
+				mac, err := netcfg.HardwareAddr(e.Name())
+				if err != nil {
+					ep.Close()
+					return nil, linkErrf(errLinkOpen, err, "tap device %s", e.Name())
+				}
+				resolver = gatewayResolver(mac)
+			} else {
+				// A TAP on a bridge: the peers are on the bridge's segment,
+				// which the kernel resolves through the bridge.
+				resolver = netcfg.NewResolver(netcfg.ResolverConfig{})
+			}
+		}
+	default:
+		if ep.Format() == link.FormatEthernet {
+			resolver = netcfg.NewResolver(netcfg.ResolverConfig{Interface: s.Dev})
+		}
+	}
 	od := &openedDevice{Settings: s}
 	if s.Pcap != "" {
 		f, err := os.Create(s.Pcap)
@@ -468,9 +643,8 @@ func openDevice(s linkSettings, peer, name string) (*openedDevice, error) {
 		od.tap, od.capFile, ep = tap, f, tap
 	}
 	opts := hca.Options{Name: name, RoCEv1: s.Encap == encapRoCE1}
-	if ep.Format() == link.FormatEthernet {
-		// Next hops come from the kernel's routes and neighbour table.
-		opts.Resolver = netcfg.NewResolver(netcfg.ResolverConfig{Interface: s.Dev})
+	if resolver != nil {
+		opts.Resolver = resolver
 	}
 	d, err := hca.Open(ep, opts)
 	if err != nil {

@@ -9,12 +9,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/pcap"
+	"github.com/goroce/goroce/hca/link/tun"
 	"github.com/goroce/goroce/hca/link/udp"
 )
 
@@ -78,6 +80,33 @@ func TestLinkSettings(t *testing.T) {
 		{name: "no equals", args: []string{"--config", writeFile(t, "e.conf", "udp\n")}, kind: errLinkConfig, msg: "e.conf:1: want key=value"},
 		{name: "duplicate key", args: []string{"--config", writeFile(t, "d.conf", "mtu=1500\nmtu=9000\n")}, kind: errLinkConfig, msg: `d.conf:2: key "mtu" given twice`},
 		{name: "bad value in file", args: []string{"--config", writeFile(t, "v.conf", "mtu=big\n")}, kind: errLinkConfig, msg: `mtu "big"`},
+		{name: "tun", args: []string{"--link", "tun", "--dev", "gtun0", "--addr", "10.99.1.2/24", "--kernel-addr", "10.99.1.1/24",
+			"--routes", "10.99.2.0/24, 10.99.3.7/24", "--link-mtu", "9000"},
+			want: linkSettings{Link: "tun", Dev: "gtun0", Encap: "roce2", Addr: netip.MustParseAddr("10.99.1.2"), AddrBits: 24, MTU: 9000,
+				KernelAddr: netip.MustParsePrefix("10.99.1.1/24"), Routes: []netip.Prefix{netip.MustParsePrefix("10.99.2.0/24"), netip.MustParsePrefix("10.99.3.0/24")}}},
+		{name: "tap roce1 kernel-named", args: []string{"--link", "tap", "--addr", "fd00::2/64", "--encap", "roce1"},
+			want: linkSettings{Link: "tap", Encap: "roce1", Addr: netip.MustParseAddr("fd00::2"), AddrBits: 64}},
+		{name: "tap attach without length", args: []string{"--link", "tap", "--dev", "gritap1", "--addr", "10.66.0.3"},
+			want: linkSettings{Link: "tap", Dev: "gritap1", Encap: "roce2", Addr: netip.MustParseAddr("10.66.0.3")}},
+		{name: "tun config file", args: []string{"--config", writeFile(t, "tun.conf", "link=tun\naddr=10.99.1.2/30\nkernel-addr=10.99.1.1/30\nroutes=10.9.0.0/16\n")},
+			want: linkSettings{Link: "tun", Encap: "roce2", Addr: netip.MustParseAddr("10.99.1.2"), AddrBits: 30,
+				KernelAddr: netip.MustParsePrefix("10.99.1.1/30"), Routes: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}}},
+		{name: "prefix on udp", args: []string{"--addr", "10.0.0.1/24"}, kind: errLinkConfig, msg: "prefix length belongs to --link tun or tap"},
+		{name: "tun without addr", args: []string{"--link", "tun", "--dev", "gtun0"}, kind: errLinkConfig, msg: "link tun needs --addr"},
+		{name: "bad tun prefix", args: []string{"--link", "tun", "--addr", "10.0.0.1/33"}, kind: errLinkConfig, msg: "not an IPv4 or IPv6 address"},
+		{name: "zero prefix", args: []string{"--link", "tun", "--addr", "10.0.0.1/0"}, kind: errLinkConfig, msg: "prefix length 0"},
+		{name: "kernel-addr on udp", args: []string{"--kernel-addr", "10.0.0.1/24"}, kind: errLinkConfig, msg: "kernel-addr applies to --link tun or tap only"},
+		{name: "kernel-addr without length", args: []string{"--link", "tun", "--addr", "10.0.0.2/24", "--kernel-addr", "10.0.0.1"},
+			kind: errLinkConfig, msg: `kernel-addr "10.0.0.1" is not an address with a prefix length`},
+		{name: "kernel-addr is addr", args: []string{"--link", "tap", "--addr", "10.0.0.2/24", "--kernel-addr", "10.0.0.2/24"},
+			kind: errLinkConfig, msg: "goroce host's own address"},
+		{name: "kernel-addr family", args: []string{"--link", "tun", "--addr", "10.0.0.2/24", "--kernel-addr", "fd00::1/64"},
+			kind: errLinkConfig, msg: "different IP versions"},
+		{name: "bad route", args: []string{"--link", "tun", "--addr", "10.0.0.2/24", "--routes", "10.1.0.0/16,10.2"},
+			kind: errLinkConfig, msg: `route "10.2" is not a prefix`},
+		{name: "routes on afpacket", args: []string{"--link", "afpacket", "--dev", "veth0", "--routes", "10.1.0.0/16"},
+			kind: errLinkConfig, msg: "routes apply to --link tun or tap only"},
+		{name: "roce1 on tun", args: []string{"--link", "tun", "--addr", "10.0.0.2/24", "--encap", "roce1"}, kind: errLinkConfig, msg: "needs an Ethernet link"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,7 +115,7 @@ func TestLinkSettings(t *testing.T) {
 				if err != nil {
 					t.Fatalf("error %v", err)
 				}
-				if got != tc.want {
+				if !reflect.DeepEqual(got, tc.want) {
 					t.Fatalf("got %+v, want %+v", got, tc.want)
 				}
 				return
@@ -202,12 +231,44 @@ func TestOpenDevicePrivilege(t *testing.T) {
 	}
 }
 
-func TestOpenDeviceUnavailableBackend(t *testing.T) {
-	for _, l := range []string{linkTUN, linkTAP} {
-		_, err := openLink(linkSettings{Link: l, Dev: "x"})
-		if !errors.Is(err, errLinkUnavailable) {
-			t.Errorf("%s: error %v, want errLinkUnavailable", l, err)
-		}
+// TestOpenTunErrors covers the tun/tap open failures that need no device:
+// the configuration checks before tun.Open and the mapping of its errors.
+func TestOpenTunErrors(t *testing.T) {
+	lo := loopbackName(t)
+	a := netip.MustParseAddr("10.99.1.2")
+	for _, tc := range []struct {
+		name    string
+		s       linkSettings
+		openErr error // what the fake tun.Open returns; nil: the real one
+		kind    error
+		msg     string
+	}{
+		{"create without prefix length", linkSettings{Link: linkTUN, Dev: "gnosuch0", Addr: a}, nil, errLinkConfig,
+			"creating the tun device gnosuch0: --addr needs a prefix length (e.g. 10.99.1.2/24)"},
+		{"kernel-addr on an existing device", linkSettings{Link: linkTAP, Dev: lo, Addr: a, KernelAddr: netip.MustParsePrefix("10.99.1.1/24")},
+			nil, errLinkConfig, "exists: --kernel-addr and --routes configure a device goroce creates"},
+		{"attach to a non-TUN device", linkSettings{Link: linkTUN, Dev: lo, Addr: a}, nil, errLinkConfig, "not TUN/TAP"},
+		{"privileges", linkSettings{Link: linkTUN, Addr: a, AddrBits: 24},
+			fmt.Errorf("tun: creating tun device \"\": %w", os.ErrPermission), errLinkPrivilege, "CAP_NET_ADMIN"},
+		{"no tun module", linkSettings{Link: linkTAP, Addr: a, AddrBits: 24},
+			fmt.Errorf("tun: creating tap device \"\": open /dev/net/tun: %w", syscall.ENOENT), errLinkUnavailable, "/dev/net/tun"},
+		{"busy", linkSettings{Link: linkTAP, Dev: "gnosuch0", Addr: a, AddrBits: 24},
+			fmt.Errorf("tun: creating tap device: %w", syscall.EBUSY), errLinkBusy, "in use by another process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.openErr != nil {
+				orig := openTunLink
+				defer func() { openTunLink = orig }()
+				openTunLink = func(cfg tun.Config) (*tun.Endpoint, error) { return nil, tc.openErr }
+			}
+			_, err := openDevice(tc.s, "", "")
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("error %v, want kind %v containing %q", err, tc.kind, tc.msg)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		})
 	}
 }
 
