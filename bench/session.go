@@ -559,52 +559,61 @@ func peakRate(ss []sample, el time.Duration) float64 {
 	return best
 }
 
-// latPingPong is run_iter_lat_send / run_iter_lat_write: the client sends
-// first; each side waits for the peer's message (wait) before answering.
-// A sample is half the round trip, as perftest reports.
+// latPingPong is run_iter_lat_send / run_iter_lat_write: one side posts
+// message 1, then each side waits for the peer's message i before posting
+// its own message i (the first poster waits after posting). Who posts first
+// differs: ib_send_lat's client (run_iter_lat_send), but ib_write_lat's
+// SERVER, since run_iter_lat_write skips the first poll only when
+// `scnt < 1 && machine == SERVER`; the golden write_lat.pcap shows the
+// server's WRITE (payload 00 01) first and the client's after it. Both
+// sides starting would leave each one WRITE ahead: the peer's counter byte
+// is overwritten with i+1 before the peer polls for i, and both spin.
+// The client measures; a sample is half the round trip, as perftest
+// reports: from its post of i to the peer's i (send) or i+1 (write).
 func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.Context, *qpRes, int, time.Time) (bool, error)) (LatResult, error) {
 	r := s.qps[0]
 	p := &s.p
 	s.lat = s.lat[:0]
-	var start, deadline time.Time
-	start = time.Now()
-	if p.Duration > 0 {
-		deadline = start.Add(p.Duration)
-		if !s.client {
-			deadline = deadline.Add(time.Second) // answer the client's last ping
-		}
+	first := s.client
+	if p.Mode == ModeWriteLat {
+		first = !s.client
 	}
+	// The first poster stops posting at the deadline; both wait one more
+	// second for the answer to the last message.
+	var stop, wd time.Time
+	if p.Duration > 0 {
+		stop = time.Now().Add(p.Duration)
+		wd = stop.Add(time.Second)
+	}
+	var tPost time.Time
+	done := 0
 	for i := 1; p.Duration > 0 || i <= p.Iters; i++ {
-		if s.client && !deadline.IsZero() && time.Now().After(deadline) {
-			break
-		}
-		t0 := time.Now()
-		if !s.client {
-			ok, err := wait(ctx, r, i, deadline)
-			if err != nil {
-				return LatResult{}, err
-			}
-			if !ok {
+		if first {
+			if !stop.IsZero() && time.Now().After(stop) {
 				break
 			}
+			tPost = time.Now()
+			if err := s.postLat(ctx, r, i, size); err != nil {
+				return LatResult{}, err
+			}
 		}
-		if err := s.postLat(ctx, r, i, size); err != nil {
+		ok, err := wait(ctx, r, i, wd)
+		if err != nil {
 			return LatResult{}, err
 		}
-		if s.client {
-			wd := deadline
-			if !wd.IsZero() {
-				wd = wd.Add(time.Second)
-			}
-			ok, err := wait(ctx, r, i, wd)
-			if err != nil {
+		if !ok {
+			break
+		}
+		if s.client && (first || i > 1) {
+			s.lat = append(s.lat, time.Since(tPost)/2)
+		}
+		if !first {
+			tPost = time.Now()
+			if err := s.postLat(ctx, r, i, size); err != nil {
 				return LatResult{}, err
 			}
-			if !ok {
-				break
-			}
-			s.lat = append(s.lat, time.Since(t0)/2)
 		}
+		done++
 	}
 	// Collect the last send completion so the next size starts clean.
 	for r.ccnt < r.scnt {
@@ -616,7 +625,12 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 	if !s.client {
 		return LatResult{Op: s.opName(), Size: size}, nil
 	}
-	return latStats(s.opName(), size, s.lat), nil
+	// The second poster has one sample fewer than iterations (its last
+	// message gets no answer), as perftest's iters-1 deltas of tposted;
+	// like perftest it reports the iterations run.
+	res := latStats(s.opName(), size, s.lat)
+	res.Iters = done
+	return res, nil
 }
 
 // postLat posts message i: the previous send must have completed (TX depth
