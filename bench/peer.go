@@ -164,19 +164,6 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	if err != nil {
 		return rep, err
 	}
-	if p.Mode == ModeReadLat && !client {
-		// The passive ib_read_lat server has no last hand-shake: its QP
-		// must live until the client, done reading, closes the socket.
-		var b [64]byte
-		for {
-			if _, err := conn.Read(b[:]); err != nil {
-				if ctx.Err() != nil {
-					return rep, ctx.Err()
-				}
-				break
-			}
-		}
-	}
 	if tool.ExchangesReports() && !client {
 		// The passive server prints the client's report.
 		rr := res.RemoteReport

@@ -112,21 +112,33 @@
 //	        with --report-per-port)
 //	  108   ctx_hand_shake                     ctx_close_connection
 //	  5     "done\0" each way, either order
-//	ib_write_lat, ib_read_lat
+//	ib_write_lat
 //	  108   ctx_hand_shake                     start barrier
 //	        traffic, then both close the socket: no last hand-shake, no "done"
+//	ib_read_lat
+//	  108   ctx_hand_shake                     start barrier
+//	        traffic (only the client reads; the server is already waiting
+//	        in the next hand-shake)
+//	  108   ctx_hand_shake                     ctx_close_connection
+//	  5     "done\0" each way, either order
 //
 // The server of ib_write/read/atomic_bw sends a report it never filled in
 // (stack garbage in the captures); only the client's is meaningful.
 //
 // Hand-shakes in total with q QPs (Tool.HandShakes): send_bw, send_lat,
-// write_bw, read_bw, atomic_bw: q+4; write_lat, read_lat: q+3. With q = 1
+// write_bw, read_bw, atomic_bw, read_lat: q+4; write_lat: q+3. With q = 1
 // the captures show 5, 5, 5 (4 before the reports, 1 after), 5, 5, and 4
 // for write_lat. The captures all use one QP, so the position of the
 // per-QP loop relative to the initial hand-shake, and the placement of
 // write_lat's fourth hand-shake, come from the perftest sources of that
-// era; ib_read_lat has no capture and is assumed to match ib_write_lat (its
-// main() has the same shape). ib_send_bw/ib_send_lat with -a (RUN_ALL) or
+// era. ib_read_lat has no golden capture; its sequence is the one the real
+// tool showed against goroce in interop/ (bridge captures of
+// read_lat.{goroce-to-rxe,rxe-to-goroce}): four hand-shakes, the client's
+// reads, then ctx_close_connection on both sides (read_lat.c sends its
+// server straight to ctx_close_connection; an ib_read_lat server whose
+// client closes after four hand-shakes fails with "ethernet_read_keys:
+// Couldn't read remote address"). The latency tools take one QP only.
+// ib_send_bw/ib_send_lat with -a (RUN_ALL) or
 // --duplex, and -R (RDMA-CM, whose setup travels in CM MADs) are not
 // modelled.
 //

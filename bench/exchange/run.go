@@ -41,8 +41,8 @@ func (t Tool) Valid() bool { return t >= SendBW && t <= ReadLat }
 func (t Tool) ExchangesReports() bool { return t == WriteBW || t == ReadBW || t == AtomicBW }
 
 // SendsDone reports whether the tool ends with ctx_close_connection (a last
-// hand-shake and "done"); ib_write_lat and ib_read_lat just close the socket.
-func (t Tool) SendsDone() bool { return t != WriteLat && t != ReadLat }
+// hand-shake and "done"); only ib_write_lat just closes the socket.
+func (t Tool) SendsDone() bool { return t != WriteLat }
 
 // HandShakes is the number of ctx_hand_shake exchanges the tool does with
 // qps QPs (perftest -q), the one inside ctx_close_connection included.
@@ -53,8 +53,10 @@ func (t Tool) HandShakes(qps int) int {
 		n += 2 // start barrier, close
 	case WriteBW, ReadBW, AtomicBW:
 		n += 2 // end-of-test sync, close
-	case WriteLat, ReadLat:
+	case WriteLat:
 		n++ // start barrier
+	case ReadLat:
+		n += 2 // start barrier, close
 	}
 	return n
 }
@@ -107,7 +109,8 @@ type Result struct {
 //	hand-shake(dest[0]), then per tool:
 //	  send_bw, send_lat:        Ready, hand-shake, Run, hand-shake, "done"
 //	  write_bw, read_bw, atomic: Ready, Run, hand-shake, reports, hand-shake, "done"
-//	  write_lat, read_lat:       Ready, hand-shake, Run (then the socket closes)
+//	  write_lat:                 Ready, hand-shake, Run (then the socket closes)
+//	  read_lat:                  Ready, hand-shake, Run, hand-shake, "done"
 //
 // It does not close the connection.
 func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
@@ -192,7 +195,20 @@ func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
 		}
 		_, err = s.CloseConnection(local[0])
 		return res, err
-	default: // WriteLat, ReadLat
+	case ReadLat:
+		// The client reads, then closes with ctx_close_connection; the
+		// passive server goes to ctx_close_connection right away and waits
+		// there (in the hand-shake's read) until the client is done
+		// (read_lat.c: "Only Client post read request").
+		if _, err = s.HandShake(local[0]); err != nil {
+			return res, err
+		}
+		if _, err := run(); err != nil {
+			return res, err
+		}
+		_, err = s.CloseConnection(local[0])
+		return res, err
+	default: // WriteLat
 		if _, err = s.HandShake(local[0]); err != nil {
 			return res, err
 		}
