@@ -568,8 +568,9 @@ func peakRate(ss []sample, el time.Duration) float64 {
 // server's WRITE (payload 00 01) first and the client's after it. Both
 // sides starting would leave each one WRITE ahead: the peer's counter byte
 // is overwritten with i+1 before the peer polls for i, and both spin.
-// The client measures; a sample is half the round trip, as perftest
-// reports: from its post of i to the peer's i (send) or i+1 (write).
+// Both sides measure and report, as perftest's do; a sample is half the
+// round trip: from a side's post of i to the peer's next message (i for the
+// first poster, i+1 for the other).
 func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.Context, *qpRes, int, time.Time) (bool, error)) (LatResult, error) {
 	r := s.qps[0]
 	p := &s.p
@@ -604,7 +605,7 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 		if !ok {
 			break
 		}
-		if s.client && (first || i > 1) {
+		if first || i > 1 {
 			s.lat = append(s.lat, time.Since(tPost)/2)
 		}
 		if !first {
@@ -621,9 +622,6 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 			return LatResult{}, err
 		}
 		r.ccnt = r.scnt
-	}
-	if !s.client {
-		return LatResult{Op: s.opName(), Size: size}, nil
 	}
 	// The second poster has one sample fewer than iterations (its last
 	// message gets no answer), as perftest's iters-1 deltas of tposted;
