@@ -244,6 +244,8 @@ var Matrix = []Case{
 	pt("send_lat_4k", "ib_send_lat", "send_lat", "-s 4096 -n 200", sendFML),
 	pt("write_lat", "ib_write_lat", "write_lat", "-s 2 -n 1000", []string{"RC_RDMA_WRITE_ONLY"}),
 	pt("read_lat", "ib_read_lat", "read_lat", "-s 2 -n 1000", []string{"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"}),
+	pt("write_lat_4k", "ib_write_lat", "write_lat", "-s 4096 -n 200", writeFML),
+	pt("read_lat_4k", "ib_read_lat", "read_lat", "-s 4096 -n 200", readFML),
 	pt("send_bw_64k_mtu4096", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML, mtu4096),
 	pt("write_bw_1M_mtu4096", "ib_write_bw", "write_bw", "-s 1048576 -n 50", writeFML, mtu4096),
 	pt("read_bw_64k_mtu4096", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, mtu4096),
