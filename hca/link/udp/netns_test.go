@@ -2,17 +2,17 @@ package udp
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/netcfg"
 )
 
 // netNS is a fresh network namespace owned by a test: every socket test runs
@@ -67,38 +67,12 @@ func newNetNS(t testing.TB, addrs ...string) *netNS {
 }
 
 // waitLocalRoutes waits until each address has its route in the local
-// table. The kernel installs an IPv6 address's local route from the
-// address's DAD work item, asynchronously even with IFA_F_NODAD, so for a
-// moment after RTM_NEWADDR is acknowledged the address can be bound but
-// not reached: a datagram sent then is dropped (Ip6OutNoRoutes) and a test
-// waiting for it hangs. Measured: 15 of 200 fresh namespaces had no local
-// route for fd00::2 right after the AddrAdd calls returned.
+// table (see netcfg.AddAddr: the kernel installs an IPv6 address's local
+// route asynchronously, and a datagram sent before it exists is dropped).
 func waitLocalRoutes(addrs []string) error {
-	deadline := time.Now().Add(5 * time.Second)
 	for _, a := range addrs {
-		p := netip.MustParsePrefix(a)
-		fam := netlink.FAMILY_V4
-		if p.Addr().Is6() {
-			fam = netlink.FAMILY_V6
-		}
-		for {
-			rs, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)
-			if err != nil {
-				return fmt.Errorf("listing local routes: %w", err)
-			}
-			if slices.ContainsFunc(rs, func(r netlink.Route) bool {
-				if r.Type != unix.RTN_LOCAL || r.Dst == nil {
-					return false
-				}
-				d, ok := netip.AddrFromSlice(r.Dst.IP)
-				return ok && d.Unmap() == p.Addr()
-			}) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("no local route for %v 5s after adding it", p.Addr())
-			}
-			time.Sleep(time.Millisecond)
+		if err := netcfg.WaitLocalRoute(netip.MustParsePrefix(a).Addr(), 5*time.Second); err != nil {
+			return err
 		}
 	}
 	return nil
