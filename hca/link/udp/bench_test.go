@@ -2,6 +2,7 @@ package udp
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,7 +31,7 @@ func BenchmarkUDP(b *testing.B) {
 					return
 				}
 				sa, da, hdr := "127.0.0.1", "127.0.0.2", 28
-				if mode[:4] == "ipv6" {
+				if strings.HasPrefix(mode, "ipv6") {
 					sa, da, hdr = "fd00::1", "fd00::2", 48
 				}
 				x, y := openPair(b, ns, sa, da, func(c *Config) {
