@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,10 +89,14 @@ func TestPingpongNetns(t *testing.T) {
 	}{
 		{"afpacket-roce2", []string{"--link", "afpacket", "--dev", "veth-b"}, []string{"--link", "afpacket", "--dev", "veth-a"}, nil, 1},
 		{"afpacket-roce1", []string{"--link", "afpacket", "--dev", "veth-b", "--encap", "roce1"}, []string{"--link", "afpacket", "--dev", "veth-a", "--encap", "roce1"}, nil, 1},
-		// -s 1024: one packet per message. Larger messages go out of the udp
-		// link as UDP GSO super-datagrams, which a veth hands to the peer's
-		// packet socket unsegmented (see the report of this test's commit).
-		{"afpacket-udp", []string{"--link", "afpacket", "--dev", "veth-b"}, []string{"--link", "udp", "--addr", "10.99.0.1"}, []string{"-s", "1024"}, 1},
+		{"afpacket-uc", []string{"--link", "afpacket", "--dev", "veth-b"}, []string{"--link", "afpacket", "--dev", "veth-a"}, []string{"--qp", "uc"}, 1},
+		// afpacket splits the udp link's UDP GSO super-datagrams, which a
+		// veth hands to a packet socket whole (TestPingpongAFPacketUDPGSO).
+		{"afpacket-udp", []string{"--link", "afpacket", "--dev", "veth-b"}, []string{"--link", "udp", "--addr", "10.99.0.1"}, nil, 1},
+		{"udp-rc", []string{"--link", "udp", "--addr", "10.99.0.2"}, []string{"--link", "udp", "--addr", "10.99.0.1"}, nil, 1},
+		{"udp-uc", []string{"--link", "udp", "--addr", "10.99.0.2"}, []string{"--link", "udp", "--addr", "10.99.0.1"}, []string{"--qp", "uc"}, 1},
+		{"udp-ud", []string{"--link", "udp", "--addr", "10.99.0.2"}, []string{"--link", "udp", "--addr", "10.99.0.1"}, []string{"--qp", "ud", "-s", "1024"}, 1},
+		{"udp-srq", []string{"--link", "udp", "--addr", "10.99.0.2"}, []string{"--link", "udp", "--addr", "10.99.0.1"}, []string{"--srq", "3"}, 3},
 		{"afpacket-ud", []string{"--link", "afpacket", "--dev", "veth-b"}, []string{"--link", "afpacket", "--dev", "veth-a"}, []string{"--qp", "ud", "-s", "1024"}, 1},
 		{"afpacket-srq", []string{"--link", "afpacket", "--dev", "veth-b"}, []string{"--link", "afpacket", "--dev", "veth-a"}, []string{"--srq", "3", "-e"}, 3},
 	} {
@@ -142,4 +147,50 @@ func TestPingpongNetnsLoss(t *testing.T) {
 		t.Fatalf("%d packets for %d iterations: no retransmission, so no loss happened", c.OK, iters)
 	}
 	t.Logf("%d RoCE packets on the client's link for %d iterations", c.OK, iters)
+}
+
+// TestPingpongNetnsTUN: two namespaces joined by veth; host A's goroce sits
+// behind a TUN it creates (10.99.1.2, with the kernel's 10.99.1.1 on the
+// device) and A's kernel forwards between the veth and the TUN; host B is a
+// udp link on its veth address with a route to 10.99.1.0/24 through A. The
+// TCP exchange runs between the two kernels; RoCEv2 between B's socket and
+// the TUN. RC, UC, UD and SRQ.
+func TestPingpongNetnsTUN(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		nqp   int
+	}{
+		{"rc", nil, 1},
+		{"uc", []string{"--qp", "uc"}, 1},
+		{"ud", []string{"--qp", "ud", "-s", "1024"}, 1},
+		{"srq", []string{"--srq", "3"}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+			if err := netcfg.SetSysctl(h.A.NS, "net/ipv4/ip_forward", "1"); err != nil {
+				t.Fatal(err)
+			}
+			tunNet := netip.MustParsePrefix("10.99.1.0/24")
+			if err := netcfg.AddRoute(h.B.NS, tunNet, h.A.Addr, h.B.Ifname); err != nil {
+				t.Fatal(err)
+			}
+			capName := filepath.Join(t.TempDir(), "tun.pcap")
+			flags := append([]string{"-n", "50"}, tc.flags...)
+			port := "18515"
+			srv := startCmdIn(t, h.B.NS, append([]string{"pingpong", "-p", port, "--link", "udp", "--addr", h.B.Addr.String()}, flags...)...)
+			srv.waitOutput(t, "local address")
+			cli := startCmdIn(t, h.A.NS, append(append([]string{"pingpong", "-p", port, "--link", "tun", "--dev", "gtun0",
+				"--addr", "10.99.1.2/24", "--kernel-addr", "10.99.1.1/24", "--pcap", capName}, flags...), h.B.Addr.String())...)
+			cli.wait(t, 60*time.Second)
+			srv.wait(t, 60*time.Second)
+			size, ud := 4096, tc.name == "ud"
+			if ud {
+				size = 1024
+			}
+			checkPingpongOutput(t, "server", srv, tc.nqp, ud, size, 50, h.B.Addr.String(), "10.99.1.2")
+			checkPingpongOutput(t, "client", cli, tc.nqp, ud, size, 50, "10.99.1.2", h.B.Addr.String())
+			verifyCapture(t, capName)
+		})
+	}
 }
