@@ -4,18 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"runtime"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/goroce/goroce/hca"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/memlink"
 	"github.com/goroce/goroce/hca/link/udp"
+	"github.com/goroce/goroce/hca/netcfg"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -30,40 +27,14 @@ import (
 // that runs f on a thread inside it (sockets f opens stay in it).
 func newNetNS(tb testing.TB) func(f func()) {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: network namespace and the udp link's raw socket")
-	}
-	var h netns.NsHandle
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies in the namespace
-		if h, err = netns.New(); err != nil {
-			return
-		}
-		var lo netlink.Link
-		if lo, err = netlink.LinkByName("lo"); err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-	}()
-	<-done
+	netcfg.SkipUnlessRoot(tb)
+	ns, err := netcfg.NewNetNS("")
 	if err != nil {
 		tb.Fatalf("network namespace: %v", err)
 	}
-	tb.Cleanup(func() { h.Close() })
+	tb.Cleanup(func() { ns.Close() })
 	return func(f func()) {
-		done := make(chan error)
-		go func() {
-			runtime.LockOSThread() // never unlocked, as above
-			if err := netns.Set(h); err != nil {
-				done <- err
-				return
-			}
-			f()
-			done <- nil
-		}()
-		if err := <-done; err != nil {
+		if err := ns.Do(func() error { f(); return nil }); err != nil {
 			tb.Fatalf("entering the namespace: %v", err)
 		}
 	}

@@ -9,16 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-
 	"github.com/goroce/goroce/bench"
+	"github.com/goroce/goroce/hca/netcfg"
 )
 
 func TestBenchUsageErrors(t *testing.T) {
@@ -65,37 +62,18 @@ func TestBenchUsageErrors(t *testing.T) {
 // skips unless root.
 func inNetNS(t *testing.T, fs ...func()) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespace and the udp link's raw socket")
-	}
-	var h netns.NsHandle
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies in the namespace
-		if h, err = netns.New(); err != nil {
-			return
-		}
-		var lo netlink.Link
-		if lo, err = netlink.LinkByName("lo"); err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-	}()
-	<-done
+	netcfg.SkipUnlessRoot(t)
+	ns, err := netcfg.NewNetNS("")
 	if err != nil {
 		t.Fatalf("network namespace: %v", err)
 	}
-	defer h.Close()
+	defer ns.Close()
 	var wg sync.WaitGroup
 	for _, f := range fs {
 		wg.Go(func() {
-			runtime.LockOSThread() // never unlocked, as above
-			if err := netns.Set(h); err != nil {
+			if err := ns.Do(func() error { f(); return nil }); err != nil {
 				t.Errorf("entering the namespace: %v", err)
-				return
 			}
-			f()
 		})
 	}
 	wg.Wait()
