@@ -90,13 +90,16 @@ func TestRCLossy(t *testing.T) {
 }
 
 // TestRCLossyShortTimeout is TestRCLossy with a ~1 ms local ACK timeout,
-// so retransmissions race with ACKs still in flight. It reproduces a
-// transport failure (under -race, about one run in three: a send completes
-// with "remote invalid request error", or the receive queue is flushed),
-// so it runs only on request.
+// so retransmissions race with ACKs still in flight. It found a go-back-N
+// bug in the requester (fixed; transport's TestGoBackHeadCompletedBySeqNAK
+// and TestLossyShortTimeout now cover it deterministically). It stays
+// opt-in because the retransmission storm can overflow a packet socket's
+// receive queue on a loaded machine, and the frame accounting below counts
+// that as loss outside the nftables rules (3 runs in 14, with every message
+// still delivered correctly).
 func TestRCLossyShortTimeout(t *testing.T) {
 	if os.Getenv("GOROCE_SHORT_TIMEOUT") == "" {
-		t.Skip("reproduces a known transport failure under spurious retransmission; set GOROCE_SHORT_TIMEOUT=1 to run")
+		t.Skip("opt-in (GOROCE_SHORT_TIMEOUT=1): the retransmission storm of a 1 ms ACK timeout can overflow the receive queue, which the frame accounting flags")
 	}
 	testRCLossy(t, false, 8)
 }
