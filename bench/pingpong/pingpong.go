@@ -687,7 +687,7 @@ func knownPattern(b []byte) bool {
 func (s *Session) Close() error {
 	for _, qp := range s.qps {
 		if qp.Type() == hca.RC {
-			quiesce(qp)
+			linger(qp, lingerQuiet, lingerLimit)
 		}
 	}
 	var errs []error
@@ -713,22 +713,33 @@ func (s *Session) Close() error {
 	return errors.Join(errs...)
 }
 
-// quiesce waits until qp has sent nothing new for a few milliseconds (at
-// most 200 ms).
-func quiesce(qp *hca.QP) {
-	last, quiet := qp.Stats().TxPackets, 0
-	for range 200 {
-		time.Sleep(time.Millisecond)
-		tx := qp.Stats().TxPackets
-		if tx != last {
-			last, quiet = tx, 0
+// linger keeps an RC QP alive, like TCP's TIME_WAIT, while its peer may
+// still retransmit: if the ACK of the peer's last message is lost, the peer
+// resends it after its local ACK timeout (14 in the pingpong examples:
+// 67 ms) and, with retry_cnt 7, keeps resending forever; only a live QP can
+// acknowledge it again. It returns once the QP has neither sent nor
+// received a packet for quiet, or after limit.
+func linger(qp *hca.QP, quiet, limit time.Duration) {
+	const tick = 5 * time.Millisecond
+	st := qp.Stats()
+	last, idle := st.TxPackets+st.RxPackets, time.Duration(0)
+	for waited := time.Duration(0); waited < limit && idle < quiet; waited += tick {
+		time.Sleep(tick)
+		st = qp.Stats()
+		if n := st.TxPackets + st.RxPackets; n != last {
+			last, idle = n, 0
 			continue
 		}
-		if quiet++; quiet == 5 {
-			return
-		}
+		idle += tick
 	}
 }
+
+// Linger times: quiet is over seven of the examples' 67 ms ACK timeouts,
+// so a peer resending a message whose ACK was lost is heard and answered.
+const (
+	lingerQuiet = 500 * time.Millisecond
+	lingerLimit = 5 * time.Second
+)
 
 // gidString formats a GID as inet_ntop(AF_INET6) does.
 func gidString(g [16]byte) string { return hca.GID(g).String() }
