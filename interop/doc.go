@@ -6,7 +6,8 @@
 // (interop_test.go, build tag "interop", so plain `go test ./...` never boots a VM). The
 // matrix of cases is table data in matrix.go. See README.md for how to run it.
 //
-// It may import the standard library and interop/agentproto only. It drives goroce through
+// It may import the standard library and interop/agentproto only (its plain unit tests also
+// import hca/link/tun, to pin the tap host's MAC the guest is given). It drives goroce through
 // the `goroce` binary (go build ./cmd/goroce), never by importing the engine, so what it
 // tests is exactly what a user runs.
 package interop

@@ -8,12 +8,16 @@ import (
 
 // Topology constants; they must match lib.sh (checked by TestScriptsAgreeWithMatrix).
 const (
-	NetNS     = "goroce-interop"
-	Bridge    = "gribr0"
-	HostIP    = "10.66.0.1" // the bridge address inside NetNS; goroce's UDP link binds it
-	GuestIP   = "10.66.0.2" // VM eth0, rxe0
-	TapDev    = "gritap1"   // extra tap on the bridge for goroce --link tap
-	TapIP     = "10.66.0.3" // goroce's own address behind TapDev
+	NetNS   = "goroce-interop"
+	Bridge  = "gribr0"
+	HostIP  = "10.66.0.1" // the bridge address inside NetNS; goroce's UDP link binds it
+	GuestIP = "10.66.0.2" // VM eth0, rxe0
+	TapDev  = "gritap1"   // extra tap on the bridge for goroce --link tap
+	TapIP   = "10.66.0.3" // goroce's own address behind TapDev
+	// TapMAC is the MAC of the goroce host behind TapDev: hca/link/tun's DefaultHardwareAddr
+	// of TapIP (02:67:72 + the address's last three bytes; checked by TestTapMAC). goroce
+	// answers no ARP, so the guest gets it as a permanent neighbour for the tap cases.
+	TapMAC    = "02:67:72:42:00:03"
 	TunDev    = "gritun1"   // tun for goroce --link tun (routed via HostIP)
 	TunIP     = "10.66.1.3" // goroce's address behind TunDev
 	TunNet    = "10.66.1.0/24"
@@ -143,21 +147,13 @@ func (c Case) Commands(d Direction, pcap string) (server, client Endpoint) {
 	case GoroceToRxe:
 		return Endpoint{"guest", timeout + toolFlags("rxe0")}, Endpoint{"host", goroce(GuestIP)}
 	case RxeToGoroce:
-		return Endpoint{"host", goroce("")}, Endpoint{"guest", timeout + toolFlags("rxe0") + " " + c.goroceAddr()}
+		// The tool's TCP exchange always goes to the netns kernel (HostIP; goroce has no TCP
+		// stack of its own: `goroce pingpong|bench` listen on the netns's sockets). Its RDMA
+		// traffic then goes to the GID goroce sent, which is TapIP/TunIP on those links.
+		return Endpoint{"host", goroce("")}, Endpoint{"guest", timeout + toolFlags("rxe0") + " " + HostIP}
 	default:
 		return Endpoint{"guest", timeout + toolFlags("rxev2")}, Endpoint{"guest", timeout + toolFlags("rxev1") + " " + VethSrvIP}
 	}
-}
-
-// goroceAddr is the address the VM's tool connects to when goroce serves.
-func (c Case) goroceAddr() string {
-	switch c.link() {
-	case "tap":
-		return TapIP
-	case "tun":
-		return TunIP
-	}
-	return HostIP
 }
 
 // Endpoint is one side of a run.
@@ -212,9 +208,9 @@ var Matrix = []Case{
 	pp("rc_pingpong_afpacket", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
 		sendFML, withLink("afpacket")),
 	pp("rc_pingpong_tap", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
-		sendFML, withLink("tap")),
+		sendFML, withLink("tap"), note("goroce at 10.66.0.3 behind gritap1 on the bridge; TCP via 10.66.0.1")),
 	pp("rc_pingpong_tun", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
-		sendFML, withLink("tun"), note("routed: VM -> 10.66.0.1 -> gritun1")),
+		sendFML, withLink("tun"), note("routed: VM -> 10.66.0.1 -> gritun1 -> goroce at 10.66.1.3; TCP via 10.66.0.1")),
 	pp("uc_pingpong", "ibv_uc_pingpong -n 100 -s 4096", "pingpong --qp uc -n 100 -s 4096",
 		[]string{"UC_SEND_FIRST", "UC_SEND_MIDDLE", "UC_SEND_LAST"}),
 	pp("ud_pingpong", "ibv_ud_pingpong -n 100 -s 512", "pingpong --qp ud -n 100 -s 512",

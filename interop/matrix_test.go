@@ -2,10 +2,13 @@ package interop
 
 import (
 	"bytes"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/hca/link/tun"
 )
 
 func TestMatrixWellFormed(t *testing.T) {
@@ -129,8 +132,18 @@ func TestCommands(t *testing.T) {
 	}
 	tap := Case{Name: "x", Tool: "ibv_rc_pingpong", Goroce: "pingpong --qp rc", Link: "tap"}
 	srv, cli := tap.Commands(RxeToGoroce, "")
-	if srv.Cmd != "goroce pingpong --qp rc --link tap --dev gritap1 --addr 10.66.0.3" || !strings.HasSuffix(cli.Cmd, " 10.66.0.3") {
+	// The tool's TCP exchange goes to the netns kernel; the RDMA traffic to goroce's GID.
+	if srv.Cmd != "goroce pingpong --qp rc --link tap --dev gritap1 --addr 10.66.0.3" || !strings.HasSuffix(cli.Cmd, " 10.66.0.1") {
 		t.Errorf("tap link: %q / %q", srv.Cmd, cli.Cmd)
+	}
+	tun := Case{Name: "x", Tool: "ibv_rc_pingpong", Goroce: "pingpong --qp rc", Link: "tun"}
+	srv, cli = tun.Commands(RxeToGoroce, "")
+	if srv.Cmd != "goroce pingpong --qp rc --link tun --dev gritun1 --addr 10.66.1.3" || !strings.HasSuffix(cli.Cmd, " 10.66.0.1") {
+		t.Errorf("tun link: %q / %q", srv.Cmd, cli.Cmd)
+	}
+	srv, cli = tun.Commands(GoroceToRxe, "")
+	if cli.Cmd != "goroce pingpong --qp rc --link tun --dev gritun1 --addr 10.66.1.3 10.66.0.2" {
+		t.Errorf("tun link, goroce client: %q", cli.Cmd)
 	}
 	if tap.Applies(RxeToRxe) {
 		t.Error("a non-UDP link case must not repeat the rxe↔rxe baseline")
@@ -171,6 +184,9 @@ func TestResultsRoundTripAndExitCode(t *testing.T) {
 	if len(got) != 3 || got[2].Detail != "a b c" || got[2].Seconds != 7.2 && got[2].Seconds != 7.3 || got[1].Result != NotRun {
 		t.Fatalf("round trip: %+v", got)
 	}
+	baseFail := Row{"write_bw_64k", RxeToRxe.String(), Fail, 12, "server exit 1"}
+	baseNotRun := Row{"write_bw_64k", RxeToRxe.String(), NotRun, 0, "not run: GOROCE_INTEROP_BASELINE=0"}
+	goroceFail := Row{"write_bw_64k", RxeToGoroce.String(), Fail, 12, "server exit 1"}
 	tests := []struct {
 		name string
 		rows []Row
@@ -180,6 +196,11 @@ func TestResultsRoundTripAndExitCode(t *testing.T) {
 		{"not run", rows, ExitNotRun},
 		{"fail wins", append(append([]Row(nil), rows...), Row{Case: "x", Result: Fail}), ExitFail},
 		{"nothing", nil, ExitHarness},
+		{"baseline fail is informational", []Row{rows[0], baseFail}, ExitPass},
+		{"baseline not run is informational", []Row{rows[0], baseNotRun}, ExitPass},
+		{"baseline fail, goroce not run", []Row{rows[0], baseFail, rows[1]}, ExitNotRun},
+		{"goroce fail with baseline pass", []Row{rows[0], rows[2], goroceFail}, ExitFail},
+		{"goroce fail with baseline fail", []Row{rows[0], baseFail, goroceFail}, ExitFail},
 	}
 	for _, tt := range tests {
 		if got := ExitCode(tt.rows); got != tt.want {
@@ -193,7 +214,8 @@ func TestResultsRoundTripAndExitCode(t *testing.T) {
 		t.Error("short line must be an error")
 	}
 	table := FormatTable(rows)
-	for _, w := range []string{"case", "direction", "result", "seconds", "goroce→rxe", "not run", "2 passed, 0 failed, 1 not run"} {
+	for _, w := range []string{"case", "direction", "result", "seconds", "goroce→rxe", "not run", "1 passed, 0 failed, 1 not run",
+		"[baseline, informational] a b c", "rxe↔rxe baseline, informational (kernel against kernel, not in the exit code): 1 passed, 0 failed, 0 not run"} {
 		if !strings.Contains(table, w) {
 			t.Errorf("table lacks %q:\n%s", w, table)
 		}
@@ -205,6 +227,37 @@ func TestResultsRoundTripAndExitCode(t *testing.T) {
 		if i := strings.IndexRune(l, '|'); len([]rune(l[:i])) != bar {
 			t.Errorf("misaligned row %q", l)
 		}
+	}
+}
+
+// TestBaselineTable: a failed rxe↔rxe row shows as "fail" in the table, marked informational,
+// and is counted apart from the goroce rows.
+func TestBaselineTable(t *testing.T) {
+	rows := []Row{
+		{"write_bw_64k", GoroceToRxe.String(), Pass, 5, "ok"},
+		{"write_bw_64k", RxeToGoroce.String(), Pass, 5, "ok"},
+		{"write_bw_64k", RxeToRxe.String(), Fail, 9, "server exit 1, client exit 0"},
+	}
+	table := FormatTable(rows)
+	for _, w := range []string{"| fail   |", "[baseline, informational] server exit 1", "2 passed, 0 failed, 0 not run\n",
+		"(kernel against kernel, not in the exit code): 0 passed, 1 failed, 0 not run\n"} {
+		if !strings.Contains(table, w) {
+			t.Errorf("table lacks %q:\n%s", w, table)
+		}
+	}
+	if strings.Contains(FormatTable(rows[:2]), BaselineLabel) {
+		t.Error("a table without baseline rows must not mention them")
+	}
+	if got := ExitCode(rows); got != ExitPass {
+		t.Errorf("ExitCode = %d, want %d (baseline informational)", got, ExitPass)
+	}
+}
+
+// TestTapMAC: the guest's static neighbour for the tap host must be the MAC goroce's tap link
+// really uses (hca/link/tun.DefaultHardwareAddr), or the guest's frames never reach goroce.
+func TestTapMAC(t *testing.T) {
+	if got := tun.DefaultHardwareAddr(netip.MustParseAddr(TapIP)).String(); got != TapMAC {
+		t.Errorf("tun.DefaultHardwareAddr(%s) = %s, TapMAC = %s", TapIP, got, TapMAC)
 	}
 }
 
