@@ -19,10 +19,11 @@ import (
 //  2. Group frames into messages: a run of same-size packets of one QP with
 //     consecutive PSNs to one destination (a shorter last one allowed)
 //     becomes one UDP GSO super-datagram; anything else is one datagram.
-//  3. For IPv4 GSO runs, segment s (s > 0) is sent from a copy carrying the
-//     ICRC for the IP ID the kernel will give it (0, 1, 2, ...), adjusted
-//     by CRC linearity rather than recomputed (icrcdelta.go); the caller's
-//     bytes are never written.
+//  3. For IPv4 GSO runs, segment s (s > 0) is sent as two iovecs: the
+//     caller's bytes up to the ICRC, then the ICRC for the IP ID the kernel
+//     will give it (0, 1, 2, ...), adjusted by CRC linearity rather than
+//     recomputed (icrcdelta.go); the caller's bytes are never written or
+//     copied.
 //  4. sendmmsg the messages, waiting in the netpoller when the socket
 //     buffer is full.
 
@@ -49,7 +50,7 @@ type txState struct {
 	sa4     []unix.RawSockaddrInet4
 	sa6     []unix.RawSockaddrInet6
 	oob     []byte // one UDP_SEGMENT cmsg per message
-	scratch []byte // copies of IPv4 GSO segments with the ICRC for their IP ID
+	scratch []byte // the ICRCs of IPv4 GSO segments 1..n for their IP IDs
 	frames  []int  // frames in message i
 	gso     []bool // message i is a GSO super-datagram
 	ids     idDeltaCache
@@ -177,13 +178,9 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 	}
 	gso := e.gso.Load()
 	if gso && !e.is6 {
-		// Room for copies of GSO segments 1..n (grows to the largest batch
-		// seen, then stays: no allocation in steady state).
-		need := 0
-		for _, b := range bufs[:valid] {
-			need += len(b) - offset
-		}
-		if need > len(t.scratch) {
+		// Room for the patched ICRCs of GSO segments 1..n (allocated once:
+		// no allocation in steady state).
+		if need := 4 * len(bufs); need > len(t.scratch) {
 			t.scratch = make([]byte, need)
 		}
 	}
@@ -221,20 +218,20 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 				iov++
 				continue
 			}
-			// The kernel gives segment s the IP ID s: send a copy of the
-			// frame carrying the ICRC for that ID. The caller's bytes are
-			// never written (the HCA may be reading them concurrently,
-			// e.g. a retransmission queue).
-			c := t.scratch[sc : sc+len(g)]
-			sc += len(g)
-			copy(c, g)
-			// The frame was checked to carry ID 0; the ICRC changes
-			// linearly with the ID (icrcdelta.go).
-			binary.BigEndian.PutUint16(c[4:], uint16(s))
-			icrc := binary.LittleEndian.Uint32(c[len(c)-4:]) ^ t.ids.get(len(c)).delta(uint16(s))
-			binary.LittleEndian.PutUint32(c[len(c)-4:], icrc)
-			setIov(&t.iovs[iov], c[t.hdr:])
-			iov++
+			// The kernel gives segment s the IP ID s, and the ICRC covers
+			// the ID: send the segment's bytes from the caller's frame up
+			// to its ICRC, then the ICRC for ID s from scratch, as two
+			// iovecs. The caller's bytes are never written (the HCA may be
+			// reading them concurrently, e.g. a retransmission queue) and
+			// never copied. The frame was checked to carry ID 0; the ICRC
+			// changes linearly with the ID (icrcdelta.go).
+			c := t.scratch[sc : sc+4]
+			sc += 4
+			icrc := binary.LittleEndian.Uint32(g[len(g)-4:]) ^ t.ids.get(len(g)).delta(uint16(s))
+			binary.LittleEndian.PutUint32(c, icrc)
+			setIov(&t.iovs[iov], g[t.hdr:len(g)-4])
+			setIov(&t.iovs[iov+1], c)
+			iov += 2
 			e.st.txICRCPatched.Add(1)
 		}
 		m.Hdr.Iov = &t.iovs[first]
