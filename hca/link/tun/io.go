@@ -10,21 +10,41 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/internal/vnet"
 	"github.com/goroce/goroce/wire"
 )
 
-// scratchLen is the overflow buffer of every read: the largest frame a TAP
+// scratchLen is the overflow room of every read: the largest frame a TAP
 // can hold (64 KiB IP packet plus a tagged Ethernet header). A frame that
-// spills into it did not fit the caller's buffer.
+// spills into it did not fit the caller's buffer, or is a GSO
+// super-packet.
 const scratchLen = 65536 + wire.EthernetLen + wire.VLANLen
 
-// rxState is the receive side; the single reader owns it. The callbacks
-// handed to RawConn.Read are method values made once in init, so a Read
-// allocates nothing.
+// Receive path, per Read (rxState):
+//  1. Deliver the rest of a super-packet an earlier Read split only in
+//     part.
+//  2. readv each packet into [virtio_net_hdr] [the caller's
+//     bufs[n][offset:]] [overflow], until the batch is full or the device
+//     queue is empty (the first wait in the netpoller).
+//  3. Without GSO: a frame that spilled into the overflow is dropped
+//     (RxTooLarge), a frame that is not RoCE too (RxNotRoCE), a partial
+//     UDP checksum (NEEDS_CSUM) is finished in place; nothing is copied.
+//  4. A UDP_L4 super-packet is made contiguous in super (the overflow
+//     already sits right behind where its head goes, so only the head, at
+//     most the caller's buffer, is copied) and split into the next
+//     buffers as the kernel would have segmented it (vnet.Layout.Segment);
+//     segments that do not fit this batch stay there for the next Read.
 type rxState struct {
-	e       *Endpoint
-	iov     [2]unix.Iovec
-	scratch []byte
+	e     *Endpoint
+	hdr   [vnet.HdrLen]byte
+	iov   [3]unix.Iovec
+	super []byte // 2*scratchLen: the overflow of every read, and a super-packet being split
+
+	// A super-packet being split: super[:plen], next segment seg.
+	pending bool
+	plen    int
+	seg     int
+	lay     vnet.Layout
 
 	// State of one Read.
 	bufs   [][]byte
@@ -38,13 +58,17 @@ type rxState struct {
 
 func (r *rxState) init(e *Endpoint) {
 	r.e = e
-	r.scratch = make([]byte, scratchLen)
+	r.super = make([]byte, 2*scratchLen)
+	r.iov[0].Base = &r.hdr[0]
+	r.iov[0].SetLen(vnet.HdrLen)
 	r.fn = r.drain
 }
 
 // Read implements link.Endpoint. It waits for the first frame, then takes
 // whatever else is queued, up to the batch size. Frames larger than their
-// buffer (RxTooLarge) and frames that are not RoCE (RxNotRoCE) are dropped.
+// buffer (RxTooLarge) and frames that are not RoCE (RxNotRoCE) are dropped;
+// a UDP GSO super-packet is split into its packets, which may be spread
+// over several Reads.
 func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if e.closed.Load() {
 		return 0, link.ErrClosed
@@ -59,7 +83,17 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	r := &e.rx
 	r.bufs, r.sizes, r.offset, r.n, r.errno = bufs, sizes, offset, 0, 0
 	defer r.reset()
+	if r.pending {
+		r.deliver()
+		if r.n == len(bufs) {
+			return r.result()
+		}
+	}
+	// With frames in hand, drain returns true on EAGAIN: no wait.
 	if err := e.rc.Read(r.fn); err != nil {
+		if r.n > 0 {
+			return r.result()
+		}
 		return 0, e.closedErr(err)
 	}
 	return r.result()
@@ -80,25 +114,32 @@ func (r *rxState) result() (int, error) {
 // reset drops the references to the caller's buffers.
 func (r *rxState) reset() {
 	r.bufs, r.sizes = nil, nil
-	r.iov[0] = unix.Iovec{}
+	r.iov[1] = unix.Iovec{}
 }
 
 // drain reads frames until the batch is full or the device queue is
 // empty. It returns false (wait in the netpoller) when nothing was read.
 func (r *rxState) drain(fd uintptr) bool {
 	e := r.e
-	r.iov[1].Base = &r.scratch[0]
-	r.iov[1].SetLen(len(r.scratch))
-	for r.n < len(r.bufs) {
+	iov, niov := &r.iov[1], uintptr(2)
+	if e.off.VnetHdr {
+		iov, niov = &r.iov[0], 3
+	}
+	for r.n < len(r.bufs) && !r.pending {
 		var dst []byte
 		if b := r.bufs[r.n]; len(b) > r.offset {
 			dst = b[r.offset:]
-			r.iov[0].Base = &dst[0]
+			r.iov[1].Base = &dst[0]
 		} else {
-			r.iov[0].Base = nil
+			r.iov[1].Base = nil
 		}
-		r.iov[0].SetLen(len(dst))
-		m, _, errno := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&r.iov[0])), 2)
+		r.iov[1].SetLen(len(dst))
+		// The overflow starts where the head of a super-packet will be
+		// copied to, so the super-packet is contiguous after one copy.
+		k := min(len(dst), scratchLen)
+		r.iov[2].Base = &r.super[k]
+		r.iov[2].SetLen(scratchLen)
+		m, _, errno := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(iov)), niov)
 		switch errno {
 		case 0:
 		case unix.EAGAIN:
@@ -106,7 +147,7 @@ func (r *rxState) drain(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EFAULT:
-			// The frame outgrew buffer and scratch together; the kernel
+			// The frame outgrew buffer and overflow together; the kernel
 			// consumed it (tun_do_read frees the skb on error).
 			e.st.rxTooLarge.Add(1)
 			continue
@@ -116,6 +157,19 @@ func (r *rxState) drain(fd uintptr) bool {
 			return true
 		}
 		size := int(m)
+		var h vnet.Hdr
+		if e.off.VnetHdr {
+			if size < vnet.HdrLen {
+				e.st.rxMalformed.Add(1)
+				continue
+			}
+			size -= vnet.HdrLen
+			h.Decode(r.hdr[:])
+		}
+		if h.GSOType != vnet.GSONone {
+			r.split(dst, size, k, &h)
+			continue
+		}
 		if size > len(dst) {
 			e.st.rxTooLarge.Add(1)
 			continue
@@ -124,10 +178,67 @@ func (r *rxState) drain(fd uintptr) bool {
 			e.st.rxNotRoCE.Add(1)
 			continue
 		}
+		if h.Flags&vnet.FlagNeedsCsum != 0 &&
+			!vnet.FinishChecksum(dst[:size], int(h.CsumStart), int(h.CsumOffset), wire.IPv4Len) {
+			e.st.rxMalformed.Add(1)
+			continue
+		}
 		r.sizes[r.n] = size
 		r.n++
 	}
 	return true
+}
+
+// split takes the super-packet just read (its first min(size, len(dst))
+// bytes in dst, the rest at super[k:]) and delivers its segments.
+func (r *rxState) split(dst []byte, size, k int, h *vnet.Hdr) {
+	e := r.e
+	if size > len(dst) && k != len(dst) {
+		e.st.rxTooLarge.Add(1) // cannot happen: an IP packet is under scratchLen
+		return
+	}
+	copy(r.super, dst[:min(size, len(dst))])
+	f := r.super[:size]
+	if !h.IsUDPL4() || e.format != link.FormatIP {
+		// TCP or UFO: the device was not offered them. TAP: no offloads.
+		e.st.rxMalformed.Add(1)
+		return
+	}
+	if !isRoCE(f, e.format) {
+		e.st.rxNotRoCE.Add(1)
+		return
+	}
+	lay, err := vnet.ParseUDPGSO(f, 0, int(h.GSOSize))
+	if err != nil {
+		e.st.rxMalformed.Add(1)
+		return
+	}
+	e.st.rxGSO.Add(1)
+	r.lay, r.plen, r.seg, r.pending = lay, size, 0, true
+	r.deliver()
+}
+
+// deliver writes the pending super-packet's next segments into the batch.
+func (r *rxState) deliver() {
+	e := r.e
+	f := r.super[:r.plen]
+	for r.pending && r.n < len(r.bufs) {
+		var out []byte
+		if b := r.bufs[r.n]; len(b) > r.offset {
+			out = b[r.offset:]
+		}
+		k := r.lay.Segment(f, r.seg, out)
+		if r.seg++; r.seg == r.lay.Segs {
+			r.pending = false
+		}
+		if k == 0 {
+			e.st.rxTooLarge.Add(1)
+			continue
+		}
+		e.st.rxGSOSegments.Add(1)
+		r.sizes[r.n] = k
+		r.n++
+	}
 }
 
 // isRoCE reports whether frame is RoCEv2 (UDP to port 4791, not a
@@ -172,24 +283,79 @@ func isRoCE(f []byte, format link.Format) bool {
 	return false
 }
 
-// txState is the send side; the single writer owns it.
+// Send path, per Write (txState):
+//  1. Check every frame (ErrBadFrame, link.ErrFrameTooLarge); the frames
+//     before a bad one are sent.
+//  2. Without a virtio-net header: one write(2) per frame.
+//  3. With one: group the frames into messages. A run of RoCEv2 packets
+//     with equal IP and UDP headers but for the lengths and the IPv4 ID
+//     (so one flow: same addresses, ports, TOS, TTL, DF), equal size but a
+//     shorter last one, becomes one super-packet: a virtio_net_hdr
+//     {NEEDS_CSUM, UDP_L4, gso_size}, the first frame's headers with the
+//     run's lengths, the IPv4 header checksum and the UDP pseudo-header sum
+//     (CHECKSUM_PARTIAL, as udp_send_skb leaves it), then each frame's UDP
+//     payload. Kernel segmentation gives segment i the IPv4 ID id0+i; a
+//     frame built with another ID gets its ICRC corrected for id0+i by CRC
+//     linearity, from a 4-byte copy: the caller's bytes are never written
+//     or copied. Other frames go one each after a zero header.
+//  4. writev each message, all in one netpoller round. EINVAL on a
+//     super-packet (a kernel that took TUNSETOFFLOAD but not UDP_L4 from
+//     the writer) turns GSO off for good and resends the run one by one.
+
+// maxRunSegments bounds a super-packet (UDP_MAX_SEGMENTS of older kernels).
+const maxRunSegments = 64
+
+// maxRoCEPacket is the longest BTH-through-ICRC an IBA packet can be (BTH,
+// AtomicETH, 4096 bytes of payload, ICRC), as in the udp link: a longer
+// UDP payload can only be a super-packet.
+const maxRoCEPacket = 12 + 28 + 4096 + 4
+
+// hdrSlot is a message's header room: virtio_net_hdr, IPv6 and UDP headers.
+const hdrSlot = vnet.HdrLen + wire.IPv6Len + wire.UDPLen
+
+type txMsg struct {
+	iov, niov int // t.iovs[iov:iov+niov]
+	frames    int
+	gso       bool
+}
+
+// txState is the send side; the single writer owns it. Its slices are
+// sized for a full batch at init, so a Write allocates nothing (the ICRC
+// basis cache computes once per new packet length).
 type txState struct {
 	e      *Endpoint
 	frames [][]byte
 	offset int
-	n      int
-	errno  unix.Errno
-	fn     func(fd uintptr) bool
+
+	msgs  []txMsg
+	iovs  []unix.Iovec
+	hdrs  []byte // hdrSlot per message
+	icrcs []byte // 4 per frame: corrected ICRCs
+	ids   vnet.IDCache
+
+	// State of one round through RawConn.Write.
+	nmsg, next int
+	niov       int // iovs in use
+	n          int // frames written (no header: the next frame)
+	errno      unix.Errno
+	fn         func(fd uintptr) bool
 }
 
 func (t *txState) init(e *Endpoint) {
 	t.e = e
 	t.fn = t.send
+	if e.off.VnetHdr {
+		n := e.cfg.BatchSize
+		t.msgs = make([]txMsg, n)
+		t.iovs = make([]unix.Iovec, 2*n+n)
+		t.hdrs = make([]byte, hdrSlot*n)
+		t.icrcs = make([]byte, 4*n)
+		t.fn = t.sendv
+	}
 }
 
-// Write implements link.Endpoint: one write(2) per frame, all in one
-// netpoller round. Frames are checked first; the frames before a bad one
-// are sent and the bad one's error returned (ErrBadFrame,
+// Write implements link.Endpoint. Frames are checked first; the frames
+// before a bad one are sent and the bad one's error returned (ErrBadFrame,
 // link.ErrFrameTooLarge).
 func (e *Endpoint) Write(bufs [][]byte, offset int) (int, error) {
 	if e.closed.Load() {
@@ -210,21 +376,248 @@ func (e *Endpoint) Write(bufs [][]byte, offset int) (int, error) {
 	if k == 0 {
 		return 0, bad
 	}
-	t := &e.tx
-	t.frames, t.offset, t.n, t.errno = bufs[:k], offset, 0, 0
 	raceRelease()
+	n, err := e.tx.write(bufs[:k], offset)
+	if err != nil {
+		return n, err
+	}
+	return n, bad
+}
+
+func (t *txState) write(frames [][]byte, offset int) (int, error) {
+	e := t.e
+	t.frames, t.offset, t.n, t.errno = frames, offset, 0, 0
+	if e.off.VnetHdr {
+		t.build(e.gso.Load())
+	}
 	err := e.rc.Write(t.fn)
 	n := t.n
+	if e.off.VnetHdr {
+		n = 0
+		for _, m := range t.msgs[:t.next] {
+			n += m.frames
+			if m.gso {
+				e.st.txGSO.Add(1)
+				e.st.txGSOSegments.Add(uint64(m.frames))
+			}
+		}
+		clear(t.iovs[:t.niov]) // retain no caller memory
+	}
 	t.frames = nil
 	e.st.txFrames.Add(uint64(n))
 	switch {
 	case err != nil:
 		return n, e.closedErr(err)
+	case t.errno == unix.EINVAL && e.off.VnetHdr && t.msgs[t.next].gso:
+		// This kernel does not take UDP_L4 from a writer: resend the
+		// rest one frame per message.
+		e.gso.Store(false)
+		m, err := t.write(frames[n:], offset)
+		return n + m, err
 	case t.errno != 0:
 		e.st.txErrors.Add(1)
 		return n, e.closedErr(fmt.Errorf("tun: write: %w", t.errno))
 	}
-	return n, bad
+	return n, nil
+}
+
+// send is the RawConn.Write callback without a virtio-net header.
+func (t *txState) send(fd uintptr) bool {
+	for t.n < len(t.frames) {
+		f := t.frames[t.n][t.offset:]
+		_, _, errno := unix.Syscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&f[0])), uintptr(len(f)))
+		switch errno {
+		case 0:
+			t.n++
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+		default:
+			t.errno = errno
+			return true
+		}
+	}
+	return true
+}
+
+// sendv is the RawConn.Write callback with a virtio-net header: one
+// writev per message.
+func (t *txState) sendv(fd uintptr) bool {
+	for t.next < t.nmsg {
+		m := &t.msgs[t.next]
+		_, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.iovs[m.iov])), uintptr(m.niov))
+		switch errno {
+		case 0:
+			t.next++
+		case unix.EAGAIN:
+			return false
+		case unix.EINTR:
+		default:
+			t.errno = errno
+			return true
+		}
+	}
+	return true
+}
+
+func setIov(v *unix.Iovec, b []byte) {
+	v.Base = &b[0]
+	v.SetLen(len(b))
+}
+
+// noOffload is the virtio_net_hdr before a frame sent whole.
+var noOffload [vnet.HdrLen]byte
+
+// build fills msgs and iovs for t.frames.
+func (t *txState) build(gso bool) {
+	e := t.e
+	t.nmsg, t.next = 0, 0
+	iov, fi := 0, 0
+	for i := 0; i < len(t.frames); {
+		f := t.frames[i][t.offset:]
+		j := i + 1
+		hl := 0
+		if gso && e.format == link.FormatIP {
+			hl = runHeaderLen(f, e.off)
+			for hl > 0 && j < len(t.frames) && j-i < maxRunSegments && sameRun(f, t.frames[j-1][t.offset:], t.frames[j][t.offset:], hl, j-i+1) {
+				j++
+				if len(t.frames[j-1])-t.offset < len(f) {
+					break // a shorter packet ends the run
+				}
+			}
+		}
+		if hl == wire.IPv4Len+wire.UDPLen && j > i+1 && runPayload(t.frames[i:j], t.offset, hl) <= maxRoCEPacket {
+			// A local receiver on a raw IPv4 socket (the udp link) sees
+			// a super-packet unsegmented and can only tell it from one
+			// packet by its length: send short runs one by one.
+			j = i + 1
+		}
+		m := &t.msgs[t.nmsg]
+		t.nmsg++
+		*m = txMsg{iov: iov, frames: j - i, gso: j-i > 1}
+		if !m.gso {
+			setIov(&t.iovs[iov], noOffload[:])
+			setIov(&t.iovs[iov+1], f)
+			iov += 2
+			m.niov = 2
+			i = j
+			fi++
+			t.niov = iov
+			continue
+		}
+		// The super-packet's headers.
+		slot := t.hdrs[(t.nmsg-1)*hdrSlot : t.nmsg*hdrSlot]
+		plen := runPayload(t.frames[i:j], t.offset, hl)
+		h := vnet.Hdr{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOUDPL4, HdrLen: uint16(hl),
+			GSOSize: uint16(len(f) - hl), CsumStart: uint16(hl - wire.UDPLen), CsumOffset: 6}
+		h.Encode(slot)
+		sh := slot[vnet.HdrLen : vnet.HdrLen+hl]
+		copy(sh, f[:hl])
+		u := sh[hl-wire.UDPLen:]
+		ulen := wire.UDPLen + plen
+		binary.BigEndian.PutUint16(u[4:], uint16(ulen))
+		v4 := sh[0]>>4 == 4
+		if v4 {
+			binary.BigEndian.PutUint16(sh[2:], uint16(hl+plen))
+			vnet.SetIPv4Checksum(sh[:wire.IPv4Len])
+		} else {
+			binary.BigEndian.PutUint16(sh[4:], uint16(ulen))
+		}
+		binary.BigEndian.PutUint16(u[6:], vnet.Fold(vnet.PseudoSum(sh, ulen)))
+		setIov(&t.iovs[iov], slot[:vnet.HdrLen+hl])
+		iov++
+		id0 := binary.BigEndian.Uint16(f[4:])
+		for s, g := range t.frames[i:j] {
+			g = g[t.offset:]
+			pay := g[hl:]
+			if want := id0 + uint16(s); v4 && binary.BigEndian.Uint16(g[4:]) != want {
+				// Segment s leaves the kernel with ID want: send the ICRC
+				// for that ID instead of the frame's last 4 bytes.
+				c := t.icrcs[4*fi : 4*fi+4]
+				icrc := binary.LittleEndian.Uint32(g[len(g)-4:]) ^
+					t.ids.Get(len(g)).Delta(want^binary.BigEndian.Uint16(g[4:]))
+				binary.LittleEndian.PutUint32(c, icrc)
+				setIov(&t.iovs[iov], pay[:len(pay)-4])
+				setIov(&t.iovs[iov+1], c)
+				iov += 2
+				e.st.txICRCPatched.Add(1)
+			} else {
+				setIov(&t.iovs[iov], pay)
+				iov++
+			}
+			fi++
+		}
+		m.niov = iov - m.iov
+		i = j
+	}
+	t.niov = iov
+}
+
+// runPayload is the UDP payload of a run: its frames without headers.
+func runPayload(frames [][]byte, offset, hl int) int {
+	n := 0
+	for _, g := range frames {
+		n += len(g) - offset - hl
+	}
+	return n
+}
+
+// runHeaderLen returns the IP+UDP header length of f if f may start a
+// super-packet: a RoCEv2 packet (UDP to 4791, room for a BTH and an ICRC)
+// over IPv4 without options and not a fragment, or IPv6 without extension
+// headers, whose header lengths describe f exactly, of a family the kernel
+// segments for us. It returns 0 otherwise.
+func runHeaderLen(f []byte, off Offloads) int {
+	var hl int
+	switch {
+	case len(f) < wire.IPv4Len:
+		return 0
+	case f[0] == 0x45 && off.USO4:
+		hl = wire.IPv4Len + wire.UDPLen
+		if f[9] != wire.IPProtoUDP || binary.BigEndian.Uint16(f[6:])&0x3FFF != 0 ||
+			int(binary.BigEndian.Uint16(f[2:])) != len(f) {
+			return 0
+		}
+	case f[0]>>4 == 6 && off.USO6:
+		hl = wire.IPv6Len + wire.UDPLen
+		if len(f) < hl || f[6] != wire.IPProtoUDP || int(binary.BigEndian.Uint16(f[4:])) != len(f)-wire.IPv6Len {
+			return 0
+		}
+	default:
+		return 0
+	}
+	if len(f) < hl+12+4 || int(binary.BigEndian.Uint16(f[hl-4:])) != len(f)-hl+wire.UDPLen ||
+		binary.BigEndian.Uint16(f[hl-6:]) != wire.RoCEv2Port {
+		return 0
+	}
+	return hl
+}
+
+// sameRun reports whether g may follow prev in the run started by first,
+// as its segment number segs-1: g is a RoCEv2 packet (runHeaderLen) no
+// longer than first with the same headers but for the IP lengths, ID and
+// checksum and the UDP length and checksum, and the run's IP packet stays
+// within 64 KiB.
+func sameRun(first, prev, g []byte, hl, segs int) bool {
+	if len(g) > len(first) || len(prev) != len(first) || len(g) < hl+12+4 {
+		return false
+	}
+	if hl == wire.IPv4Len+wire.UDPLen {
+		if string(first[:2]) != string(g[:2]) || string(first[6:10]) != string(g[6:10]) ||
+			string(first[12:24]) != string(g[12:24]) ||
+			int(binary.BigEndian.Uint16(g[2:])) != len(g) {
+			return false
+		}
+		// 64 KiB IPv4 total length; segs-1 full packets and g.
+		return hl+(segs-1)*(len(first)-hl)+len(g)-hl <= 65535 &&
+			int(binary.BigEndian.Uint16(g[24:])) == len(g)-wire.IPv4Len
+	}
+	if string(first[:4]) != string(g[:4]) || string(first[6:44]) != string(g[6:44]) ||
+		int(binary.BigEndian.Uint16(g[4:])) != len(g)-wire.IPv6Len {
+		return false
+	}
+	return wire.UDPLen+(segs-1)*(len(first)-hl)+len(g)-hl <= 65535 &&
+		int(binary.BigEndian.Uint16(g[44:])) == len(g)-wire.IPv6Len
 }
 
 // check validates one frame for Write.
@@ -248,22 +641,4 @@ func (e *Endpoint) check(b []byte, offset int) error {
 		return fmt.Errorf("%w: %d bytes for MTU %d", link.ErrFrameTooLarge, ip, e.mtu)
 	}
 	return nil
-}
-
-func (t *txState) send(fd uintptr) bool {
-	for t.n < len(t.frames) {
-		f := t.frames[t.n][t.offset:]
-		_, _, errno := unix.Syscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&f[0])), uintptr(len(f)))
-		switch errno {
-		case 0:
-			t.n++
-		case unix.EAGAIN:
-			return false
-		case unix.EINTR:
-		default:
-			t.errno = errno
-			return true
-		}
-	}
-	return true
 }

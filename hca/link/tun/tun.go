@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/songgao/water"
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/link"
@@ -75,10 +74,16 @@ type Config struct {
 	// locally administered unicast address derived from Addr). It is not
 	// the TAP device's own MAC, which the kernel picks.
 	HardwareAddr net.HardwareAddr
-	// NoConfigure leaves the interface as water created it: no address, MTU
+	// NoConfigure leaves the interface as Open created it: no address, MTU
 	// or routes, and down. The caller configures it (Endpoint.Name gives
 	// the interface); MTU still bounds Write.
 	NoConfigure bool
+	// NoOffload opens the device without IFF_VNET_HDR: no virtio-net
+	// header, no checksum or segmentation offload, one packet per read(2)
+	// and write(2). By default a TUN asks for TUN_F_CSUM, TUN_F_USO4 and
+	// TUN_F_USO6 and falls back to what the kernel grants (Offloads). TAP
+	// devices never use offloads.
+	NoOffload bool
 	// Attach opens the existing persistent device Name (made by `ip
 	// tuntap add dev NAME mode tun|tap`, perhaps already on a bridge or
 	// routed to) instead of creating one, and configures nothing (as
@@ -97,11 +102,29 @@ type Stats struct {
 	RxTooLarge uint64 // dropped: larger than the caller's buffer
 	RxNotRoCE  uint64 // dropped: not a RoCE frame (ARP, NDP, MLD, other UDP ports ...)
 	RxErrors   uint64 // read errors other than EAGAIN (dropped frames)
+
+	TxGSO         uint64 // super-packets written (gso_type UDP_L4), each holding TxGSOSegments/TxGSO frames
+	TxGSOSegments uint64 // frames sent inside super-packets (also counted in TxFrames)
+	TxICRCPatched uint64 // of those, frames whose ICRC was corrected for the IPv4 ID the kernel gives them
+	RxGSO         uint64 // super-packets read and split
+	RxGSOSegments uint64 // frames delivered from them (also counted in RxFrames)
+	RxMalformed   uint64 // dropped: a virtio-net header the frame contradicts (unsplittable GSO, bad checksum offsets)
 }
 
 type counters struct {
 	txFrames, txRejected, txErrors            atomic.Uint64
 	rxFrames, rxTooLarge, rxNotRoCE, rxErrors atomic.Uint64
+	txGSO, txGSOSegments, txICRCPatched       atomic.Uint64
+	rxGSO, rxGSOSegments, rxMalformed         atomic.Uint64
+}
+
+// Offloads are what the kernel granted Open: the virtio-net header on the
+// fd and the TUN_F_* offloads (TUNSETOFFLOAD).
+type Offloads struct {
+	VnetHdr bool // IFF_VNET_HDR: every read and write carries a struct virtio_net_hdr
+	Csum    bool // TUN_F_CSUM: the kernel may hand over packets with a partial UDP checksum
+	USO4    bool // TUN_F_USO4: UDP segmentation both ways for IPv4
+	USO6    bool // TUN_F_USO6: same for IPv6
 }
 
 // Errors.
@@ -123,9 +146,10 @@ type Endpoint struct {
 	addrs  []netip.Addr
 	mac    net.HardwareAddr
 
-	ifc *water.Interface
 	f   *os.File // the device fd, non-blocking, in the Go netpoller
 	rc  syscall.RawConn
+	off Offloads
+	gso atomic.Bool // Write builds super-packets (cleared for good if the kernel refuses one)
 
 	closed atomic.Bool
 	once   sync.Once
@@ -151,9 +175,7 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	e := &Endpoint{cfg: cfg, mtu: cfg.MTU, maxLen: cfg.MTU, format: link.FormatIP,
 		addrs: []netip.Addr{cfg.Addr.Addr()}}
-	wc := water.Config{DeviceType: water.TUN}
 	if cfg.Mode == TAP {
-		wc.DeviceType = water.TAP
 		e.format = link.FormatEthernet
 		e.maxLen += wire.EthernetLen + wire.VLANLen
 		e.mac = cfg.HardwareAddr
@@ -161,33 +183,23 @@ func Open(cfg Config) (*Endpoint, error) {
 			e.mac = DefaultHardwareAddr(cfg.Addr.Addr())
 		}
 	}
-	wc.Name = cfg.Name
-	wc.Persist = cfg.Attach // water leaves TUNSETPERSIST alone then
 	if cfg.Name != "" && !cfg.Attach {
-		// water leaks its fd when TUNSETIFF fails (an existing device of
-		// another kind or in use), so refuse a taken name first.
+		// TUNSETIFF on an existing device of this kind attaches to it:
+		// refuse a taken name.
 		if _, err := netcfg.LinkByName(cfg.Name); err == nil {
 			return nil, fmt.Errorf("tun: interface %q: %w", cfg.Name, netcfg.ErrExists)
 		}
 	}
-	ifc, err := water.New(wc)
+	fd, name, off, err := openDevice(cfg.Name, cfg.Mode, !cfg.NoOffload && cfg.Mode == TUN)
 	if err != nil {
 		return nil, fmt.Errorf("tun: creating %s device %q: %w", cfg.Mode, cfg.Name, err)
 	}
-	e.ifc, e.name = ifc, ifc.Name()
-	f, ok := ifc.ReadWriteCloser.(*os.File)
-	if !ok {
-		ifc.Close()
-		return nil, fmt.Errorf("tun: water returned a %T, not an *os.File", ifc.ReadWriteCloser)
-	}
-	e.f = f
-	if e.rc, err = f.SyscallConn(); err != nil {
-		ifc.Close()
-		return nil, fmt.Errorf("tun: %w", err)
-	}
-	// water opens the fd without O_CLOEXEC: keep it from child processes.
-	if err := e.rc.Control(func(fd uintptr) { unix.CloseOnExec(int(fd)) }); err != nil {
-		ifc.Close()
+	e.name, e.off = name, off
+	e.gso.Store(off.USO4 || off.USO6)
+	// A non-blocking fd: os.NewFile registers it with the netpoller.
+	e.f = os.NewFile(uintptr(fd), "/dev/net/tun")
+	if e.rc, err = e.f.SyscallConn(); err != nil {
+		e.f.Close()
 		return nil, fmt.Errorf("tun: %w", err)
 	}
 	if cfg.Attach {
@@ -195,7 +207,7 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	if !cfg.NoConfigure && !cfg.Attach {
 		if err := configure(e.name, &cfg, e.mac); err != nil {
-			ifc.Close()
+			e.f.Close()
 			return nil, err
 		}
 	}
@@ -325,10 +337,17 @@ func (e *Endpoint) HardwareAddr() net.HardwareAddr { return e.mac }
 func (e *Endpoint) Close() error {
 	e.once.Do(func() {
 		e.closed.Store(true)
-		e.ifc.Close()
+		e.f.Close()
 	})
 	return nil
 }
+
+// Offloads returns what the kernel granted at Open.
+func (e *Endpoint) Offloads() Offloads { return e.off }
+
+// GSO reports whether Write currently builds super-packets: USO was
+// granted and the kernel has not refused a super-packet since.
+func (e *Endpoint) GSO() bool { return e.gso.Load() }
 
 // Stats returns a snapshot of the counters.
 func (e *Endpoint) Stats() Stats {
@@ -337,6 +356,8 @@ func (e *Endpoint) Stats() Stats {
 		TxFrames: s.txFrames.Load(), TxRejected: s.txRejected.Load(), TxErrors: s.txErrors.Load(),
 		RxFrames: s.rxFrames.Load(), RxTooLarge: s.rxTooLarge.Load(), RxNotRoCE: s.rxNotRoCE.Load(),
 		RxErrors: s.rxErrors.Load(),
+		TxGSO:    s.txGSO.Load(), TxGSOSegments: s.txGSOSegments.Load(), TxICRCPatched: s.txICRCPatched.Load(),
+		RxGSO:    s.rxGSO.Load(), RxGSOSegments: s.rxGSOSegments.Load(), RxMalformed: s.rxMalformed.Load(),
 	}
 }
 

@@ -1,0 +1,19 @@
+// Package vnet is the struct virtio_net_hdr that Linux puts before frames
+// on a TUN/TAP fd opened with IFF_VNET_HDR (and on a packet socket with
+// PACKET_VNET_HDR), and the software work those headers ask of a reader or
+// a writer: splitting a UDP GSO super-packet into the packets the kernel's
+// own segmentation would have produced (__udp_gso_segment and
+// inet_gso_segment: lengths, IPv4 identification id+i, header and UDP
+// checksums), finishing a CHECKSUM_PARTIAL checksum (skb_checksum_help),
+// building the header of a super-packet for the kernel to segment, and
+// correcting a RoCEv2 ICRC for a changed IPv4 identification by CRC
+// linearity (the ICRC covers the ID, and segmentation renumbers it).
+//
+// Frames are byte slices whose IP header starts at a given offset (0 for a
+// TUN, 14 for an untagged Ethernet frame). Nothing here allocates except
+// ICRCIDCache on a frame length it has not seen.
+//
+// This package imports the standard library only. It is internal to
+// hca/link: the tun link uses it (afpacket keeps its own copy of the
+// receive half, gso.go, written first).
+package vnet
