@@ -357,7 +357,7 @@ func (e *Endpoint) Stats() Stats {
 		RxFrames: s.rxFrames.Load(), RxTooLarge: s.rxTooLarge.Load(), RxNotRoCE: s.rxNotRoCE.Load(),
 		RxErrors: s.rxErrors.Load(),
 		TxGSO:    s.txGSO.Load(), TxGSOSegments: s.txGSOSegments.Load(), TxICRCPatched: s.txICRCPatched.Load(),
-		RxGSO:    s.rxGSO.Load(), RxGSOSegments: s.rxGSOSegments.Load(), RxMalformed: s.rxMalformed.Load(),
+		RxGSO: s.rxGSO.Load(), RxGSOSegments: s.rxGSOSegments.Load(), RxMalformed: s.rxMalformed.Load(),
 	}
 }
 
