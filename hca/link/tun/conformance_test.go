@@ -26,6 +26,8 @@ func TestConformance(t *testing.T) {
 			}{
 				{"queue", nil},
 				{"batch8", func(c *Config) { c.BatchSize = 8 }},
+				{"nooffload", func(c *Config) { c.NoOffload = true }},
+				{"nooffload-batch8", func(c *Config) { c.NoOffload, c.BatchSize = true, 8 }},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {

@@ -67,9 +67,13 @@ func runChecks(t *testing.T, da, db *hca.Device, mtu bth.MTU) {
 func TestHCAOverTUN(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		r := newRouted(t, v6, DefaultMTU)
-		for _, mtu := range []bth.MTU{bth.MTU1024, bth.MTU4096} {
-			t.Run(fmt.Sprintf("v6=%v/mtu=%d", v6, mtu.Bytes()), func(t *testing.T) {
-				ea, eb := r.open(t, nil)
+		for _, c := range []struct {
+			mtu       bth.MTU
+			noOffload bool
+		}{{bth.MTU1024, false}, {bth.MTU4096, false}, {bth.MTU1024, true}, {bth.MTU4096, true}} {
+			mtu := c.mtu
+			t.Run(fmt.Sprintf("v6=%v/mtu=%d/NoOffload=%v", v6, mtu.Bytes(), c.noOffload), func(t *testing.T) {
+				ea, eb := r.open(t, func(cfg *Config) { cfg.NoOffload = c.noOffload })
 				da := openHCA(t, ea, hca.Options{Name: "tunA"})
 				db := openHCA(t, eb, hca.Options{Name: "tunB"})
 				runChecks(t, da, db, mtu)
@@ -90,11 +94,12 @@ func TestHCAOverTUN(t *testing.T) {
 // is RoCEv2 whatever produced it: IP IDs, source ports and ICRCs made by
 // one side are verified by the other.
 func TestHCATUNToUDP(t *testing.T) {
-	for _, v6 := range []bool{false, true} {
-		t.Run(fmt.Sprintf("v6=%v", v6), func(t *testing.T) {
+	for _, tc := range []struct{ v6, noOffload bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		v6 := tc.v6
+		t.Run(fmt.Sprintf("v6=%v/NoOffload=%v", v6, tc.noOffload), func(t *testing.T) {
 			ns := newNS(t)
 			p := plans[v6]
-			et := openIn(t, ns, Config{Addr: p.hostA, KernelAddr: p.kernelA})
+			et := openIn(t, ns, Config{Addr: p.hostA, KernelAddr: p.kernelA, NoOffload: tc.noOffload})
 			var eu *udp.Endpoint
 			if err := ns.Do(func() (err error) {
 				eu, err = udp.Open(udp.Config{Addr: p.kernelA.Addr()})

@@ -178,10 +178,12 @@ func (r *rxState) drain(fd uintptr) bool {
 			e.st.rxNotRoCE.Add(1)
 			continue
 		}
-		if h.Flags&vnet.FlagNeedsCsum != 0 &&
-			!vnet.FinishChecksum(dst[:size], int(h.CsumStart), int(h.CsumOffset), wire.IPv4Len) {
-			e.st.rxMalformed.Add(1)
-			continue
+		if h.Flags&vnet.FlagNeedsCsum != 0 {
+			if !vnet.FinishChecksum(dst[:size], int(h.CsumStart), int(h.CsumOffset), wire.IPv4Len) {
+				e.st.rxMalformed.Add(1)
+				continue
+			}
+			e.st.rxCsumPartial.Add(1)
 		}
 		r.sizes[r.n] = size
 		r.n++
@@ -597,7 +599,7 @@ func runHeaderLen(f []byte, off Offloads) int {
 // as its segment number segs-1: g is a RoCEv2 packet (runHeaderLen) no
 // longer than first with the same headers but for the IP lengths, ID and
 // checksum and the UDP length and checksum, and the run's IP packet stays
-// within 64 KiB.
+// under 64 KiB.
 func sameRun(first, prev, g []byte, hl, segs int) bool {
 	if len(g) > len(first) || len(prev) != len(first) || len(g) < hl+12+4 {
 		return false
@@ -616,7 +618,9 @@ func sameRun(first, prev, g []byte, hl, segs int) bool {
 		int(binary.BigEndian.Uint16(g[4:])) != len(g)-wire.IPv6Len {
 		return false
 	}
-	return wire.UDPLen+(segs-1)*(len(first)-hl)+len(g)-hl <= 65535 &&
+	// The whole IPv6 packet, not only its payload: the kernel segments
+	// anything of 64 KiB or more (gso_max_size) before a device.
+	return hl+(segs-1)*(len(first)-hl)+len(g)-hl <= 65535 &&
 		int(binary.BigEndian.Uint16(g[44:])) == len(g)-wire.IPv6Len
 }
 

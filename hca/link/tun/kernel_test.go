@@ -76,8 +76,19 @@ func readOne(t testing.TB, e *Endpoint, buf []byte) []byte {
 	return buf[:sizes[0]]
 }
 
-func TestHairpin(t *testing.T) {
-	h := newHairpin(t, nil)
+// offloadModes runs a test with the default offloads and with NoOffload.
+func offloadModes(t *testing.T, fn func(t *testing.T, mod func(*Config))) {
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoOffload=%v", off), func(t *testing.T) {
+			fn(t, func(c *Config) { c.NoOffload = off })
+		})
+	}
+}
+
+func TestHairpin(t *testing.T) { offloadModes(t, testHairpin) }
+
+func testHairpin(t *testing.T, mod func(*Config)) {
+	h := newHairpin(t, mod)
 	f := h.frame(t, 9, 100)
 	if n, err := h.e.Write([][]byte{f}, 0); n != 1 || err != nil {
 		t.Fatalf("Write = %d, %v", n, err)
@@ -162,9 +173,13 @@ func TestTAPWriteRejects(t *testing.T) {
 // datagram to another port is not RoCE (dropped, RxNotRoCE), one to 4791
 // longer than the reader's buffer is dropped whole (RxTooLarge), and the
 // next one is delivered.
-func TestReadFilterAndCounters(t *testing.T) {
+func TestReadFilterAndCounters(t *testing.T) { offloadModes(t, testReadFilterAndCounters) }
+
+func testReadFilterAndCounters(t *testing.T, mod func(*Config)) {
 	ns := newNS(t)
-	e := openIn(t, ns, Config{Addr: pfx("10.71.1.2/24"), KernelAddr: pfx("10.71.1.1/24")})
+	cfg := Config{Addr: pfx("10.71.1.2/24"), KernelAddr: pfx("10.71.1.1/24")}
+	mod(&cfg)
+	e := openIn(t, ns, cfg)
 	send := func(port uint16, n int) {
 		t.Helper()
 		err := ns.Do(func() error {
@@ -265,8 +280,10 @@ func TestDevice(t *testing.T) {
 
 // TestZeroAllocs: a Write and a Read of a batch through the kernel allocate
 // nothing.
-func TestZeroAllocs(t *testing.T) {
-	h := newHairpin(t, nil)
+func TestZeroAllocs(t *testing.T) { offloadModes(t, testZeroAllocs) }
+
+func testZeroAllocs(t *testing.T, mod func(*Config)) {
+	h := newHairpin(t, mod)
 	frames := make([][]byte, 8)
 	for i := range frames {
 		frames[i] = h.frame(t, bth.PSN(i), 256)

@@ -109,6 +109,7 @@ type Stats struct {
 	RxGSO         uint64 // super-packets read and split
 	RxGSOSegments uint64 // frames delivered from them (also counted in RxFrames)
 	RxMalformed   uint64 // dropped: a virtio-net header the frame contradicts (unsplittable GSO, bad checksum offsets)
+	RxCsumPartial uint64 // frames that came with a partial UDP checksum (NEEDS_CSUM), finished by Read
 }
 
 type counters struct {
@@ -116,6 +117,7 @@ type counters struct {
 	rxFrames, rxTooLarge, rxNotRoCE, rxErrors atomic.Uint64
 	txGSO, txGSOSegments, txICRCPatched       atomic.Uint64
 	rxGSO, rxGSOSegments, rxMalformed         atomic.Uint64
+	rxCsumPartial                             atomic.Uint64
 }
 
 // Offloads are what the kernel granted Open: the virtio-net header on the
@@ -358,6 +360,7 @@ func (e *Endpoint) Stats() Stats {
 		RxErrors: s.rxErrors.Load(),
 		TxGSO:    s.txGSO.Load(), TxGSOSegments: s.txGSOSegments.Load(), TxICRCPatched: s.txICRCPatched.Load(),
 		RxGSO: s.rxGSO.Load(), RxGSOSegments: s.rxGSOSegments.Load(), RxMalformed: s.rxMalformed.Load(),
+		RxCsumPartial: s.rxCsumPartial.Load(),
 	}
 }
 
