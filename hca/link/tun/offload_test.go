@@ -299,7 +299,7 @@ func TestReadFromGSOSocket(t *testing.T) {
 					if v6 {
 						u = wire.IPv6Len
 					}
-					want := payload[min(i*1000, len(payload)) : min(i*1000+1000, len(payload))]
+					want := payload[min(i*1000, len(payload)):min(i*1000+1000, len(payload))]
 					if i == 6 {
 						want = payload[:100] // the plain datagram
 					}
