@@ -116,6 +116,13 @@ type Options struct {
 	// of the per-QP rdma_get_udp_sport value (links whose kernel socket
 	// fixes the source port provide it; see link.SourcePorter).
 	UDPSourcePort uint16
+	// Shards is how many transmit shards the device runs. QPs are spread
+	// over them by QPN; each has its own lock, worker goroutine and link
+	// writer, so QPs on different shards build and send packets on
+	// different cores. 0 picks min(GOMAXPROCS, 4). Links that cannot
+	// transmit from several goroutines (no link.TxQueuer, e.g. a pcap tap,
+	// whose capture keeps the wire's order) always get one.
+	Shards int
 }
 
 // Resolver resolves the link-layer address of a next hop (an Ethernet link
@@ -211,7 +218,11 @@ func Open(ep link.Endpoint, opts Options) (*Device, error) {
 		GIDTblLen: gidTableLen, PKeyTblLen: 1, LinkLayer: ll, MaxMsgSize: maxMsgSize,
 		ActiveSpeed: "2.5 Gbps", ActiveWidth: "1X", PhysState: "LINK_UP",
 	}
-	d.rt = newRuntime(d)
+	rt, err := newRuntime(d, shardCount(ep, opts.Shards))
+	if err != nil {
+		return nil, fmt.Errorf("hca: transmit queues: %w", err)
+	}
+	d.rt = rt
 	d.rt.start()
 	return d, nil
 }

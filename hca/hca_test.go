@@ -24,6 +24,12 @@ var (
 // pair opens two devices joined by an in-memory link.
 func pair(t testing.TB, cfg memlink.Config) (*hca.Device, *hca.Device) {
 	t.Helper()
+	return pairShards(t, cfg, 0)
+}
+
+// pairShards is pair with Options.Shards set on both devices.
+func pairShards(t testing.TB, cfg memlink.Config, shards int) (*hca.Device, *hca.Device) {
+	t.Helper()
 	if cfg.AddrsA == nil {
 		cfg.AddrsA, cfg.AddrsB = []netip.Addr{addrA}, []netip.Addr{addrB}
 	}
@@ -31,11 +37,11 @@ func pair(t testing.TB, cfg memlink.Config) (*hca.Device, *hca.Device) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	da, err := hca.Open(a, hca.Options{Name: "ga"})
+	da, err := hca.Open(a, hca.Options{Name: "ga", Shards: shards})
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := hca.Open(b, hca.Options{Name: "gb"})
+	db, err := hca.Open(b, hca.Options{Name: "gb", Shards: shards})
 	if err != nil {
 		t.Fatal(err)
 	}

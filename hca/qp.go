@@ -85,7 +85,8 @@ type QP struct {
 
 	destroyed atomic.Bool
 	// Owned by the runtime worker:
-	active bool           // in the worker's active list
+	shard  *shard         // the runtime shard of the QPN, fixed at creation
+	active bool           // in the shard's active list
 	sched  transport.Time // deadline currently in the timer heap (0: none)
 	kicked atomic.Bool    // queued on the doorbell list
 }
@@ -183,6 +184,7 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 	}
 	qpn := d.allocQPN()
 	q.qpn = bth.QPN(qpn)
+	q.shard = d.rt.shardOf(qpn)
 	eng, err := transport.NewQP(transport.Config{
 		Type: ia.Type, QPN: q.qpn, PD: pd.id,
 		MaxSendWR: c.MaxSendWR, MaxSendSGE: c.MaxSendSGE, MaxRecvSGE: maxRecvSGE,
@@ -491,13 +493,14 @@ func (q *QP) Destroy() error {
 	d.mu.Unlock()
 	// Send the responses already queued (the ACK of the last message the
 	// peer sent, say), then drop everything else without completions.
-	d.rt.mu.Lock()
+	s := q.shard
+	s.mu.Lock()
 	q.mu.Lock()
-	d.rt.flushResponses(q, d.now())
+	s.flushResponses(q, d.now())
 	reset := transport.Attr{State: StateReset}
 	_ = q.eng.Modify(d.now(), &reset, transport.AttrState)
 	q.mu.Unlock()
-	d.rt.mu.Unlock()
+	s.mu.Unlock()
 	q.releaseRefs()
 	return nil
 }

@@ -2,29 +2,39 @@ package hca
 
 // The runtime moves packets between the link and the engines.
 //
-//  1. The reader goroutine receives a batch with one link.Read and, holding
-//     the runtime lock, processes it at once: every frame is decoded once
-//     (wire.Packet), its ICRC verified, its destination QPN looked up in the
-//     lock-free QP table, and the engine fed, holding each QP's lock once
-//     per run of packets for it. It then pumps (step 3) before reading again,
-//     so ACKs and the packets a newly opened window allows leave without a
-//     hand-off to another goroutine.
-//  2. PostSend and Modify put the QP on a doorbell list and, if the runtime
-//     lock is free, pump in the caller's goroutine (as rxe runs its
-//     requester task inline); otherwise they wake the worker.
+//  1. The reader goroutine receives a batch with one link.Read and processes
+//     it at once: every frame is decoded once (wire.Packet), its ICRC
+//     verified, its destination QPN looked up in the lock-free QP table, and
+//     the engine fed, holding the QP's shard lock and the QP's lock once per
+//     run of packets for it. It then pumps the shard it fed last before
+//     reading again, so ACKs and the packets a newly opened window allows
+//     leave without a hand-off to another goroutine; other shards the batch
+//     fed are handed to their workers, which pump them in parallel.
+//  2. PostSend and Modify put the QP on its shard's doorbell list and, if
+//     the shard lock is free, pump in the caller's goroutine (as rxe runs
+//     its requester task inline); otherwise they wake the shard's worker.
 //  3. Pumping fires due engine timers (a heap of deadlines), then asks every
 //     active QP for packets (Transmit) until it has no more or its budget is
 //     spent, wraps each in its frame (wire.Finish) and writes them to the
-//     link in batches. The runtime lock makes the pumper the link's only
-//     writer.
-//  4. The worker goroutine sleeps until a deadline or a doorbell that found
-//     the lock taken, and pumps then; it keeps pumping while QPs still have
-//     packets after their budget.
+//     link in batches. The shard lock makes the pumper the only user of the
+//     shard's link writer.
+//  4. Each shard's worker goroutine sleeps until a deadline or a doorbell
+//     that found the lock taken, and pumps then; it keeps pumping while QPs
+//     still have packets after their budget.
+//
+// Shards spread QPs over cores: a QP belongs to shard QPN mod S, and each
+// shard has its own lock, active list, timers, transmit buffers, worker and
+// link writer (link.TxQueuer: on the UDP link, its own duplicate of the
+// socket). With one shard (a link without transmit queues, such as the pcap
+// tap, whose capture must keep the order of the wire) everything runs under
+// one lock, as rxe runs every QP's tasks. Lock order: a shard's lock before
+// a QP's lock; nobody holds two shard locks.
 //
 // There is no goroutine per QP and no channel operation per packet.
 
 import (
 	"errors"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +53,8 @@ const (
 	// txBudget is how many packets one QP may emit per pump round, so
 	// that a long message cannot starve ACKs of other QPs.
 	txBudget = 64
+	// maxAutoShards caps the shard count Options.Shards = 0 picks.
+	maxAutoShards = 4
 )
 
 type runtime struct {
@@ -52,35 +64,59 @@ type runtime struct {
 	lhr     int // the link's own headroom
 	batch   int
 
-	bell chan struct{}
 	done chan struct{}
 	wg   sync.WaitGroup
+
+	events        chan AsyncEvent
+	eventsDropped atomic.Uint64
+
+	shards []*shard
+
+	// Reader-owned.
+	rxBufs  [][]byte
+	rxSizes []int
+	pkt     wire.Packet
+	info    transport.RxInfo
+	fed     []*shard // shards the current batch fed, in order
+}
+
+// shard is one transmit context: a lock, the QPs with work, their timers,
+// transmit buffers and a link writer.
+type shard struct {
+	rt *runtime
+	w  link.Writer
+
+	bell chan struct{}
 
 	bellMu    sync.Mutex
 	rung      []*QP // protected by bellMu
 	rungSpare []*QP // protected by mu: the other half of the double buffer
 
-	events        chan AsyncEvent
-	eventsDropped atomic.Uint64
+	fed bool // owned by the reader: on rt.fed
 
-	// Reader-owned receive buffers.
-	rxBufs  [][]byte
-	rxSizes []int
-
-	// mu is the runtime lock: it protects the pump state below and
-	// serializes link writes.
+	// mu is the shard lock: it protects the pump state below and
+	// serializes the shard's link writes.
 	mu     sync.Mutex
 	active []*QP
 	timers deadlineHeap
 	armed  transport.Time // when the worker's timer fires (Never: not armed)
-	pkt    wire.Packet
-	info   transport.RxInfo
-	txBuf  [][]byte // backing buffers
-	txOut  [][]byte // frames of the current batch (views into txBuf)
+	txBuf  [][]byte       // backing buffers
+	txOut  [][]byte       // frames of the current batch (views into txBuf)
 	ahAddr wire.Addr
 }
 
-func newRuntime(d *Device) *runtime {
+// shardCount is how many shards a device on ep runs for Options.Shards n.
+func shardCount(ep link.Endpoint, n int) int {
+	if _, ok := ep.(link.TxQueuer); !ok {
+		return 1
+	}
+	if n <= 0 {
+		n = min(goruntime.GOMAXPROCS(0), maxAutoShards)
+	}
+	return max(n, 1)
+}
+
+func newRuntime(d *Device, nShards int) (*runtime, error) {
 	ep := d.ep
 	b := ep.BatchSize()
 	if b < 1 {
@@ -88,25 +124,43 @@ func newRuntime(d *Device) *runtime {
 	}
 	rt := &runtime{
 		d: d, ep: ep, framing: wire.Framing(ep.Format()), lhr: ep.Headroom(), batch: b,
-		bell: make(chan struct{}, 1), done: make(chan struct{}),
-		events: make(chan AsyncEvent, 64), armed: transport.Never,
+		done: make(chan struct{}), events: make(chan AsyncEvent, 64),
 		rxBufs: make([][]byte, b), rxSizes: make([]int, b),
 	}
 	for i := range rt.rxBufs {
 		rt.rxBufs[i] = make([]byte, rt.lhr+frameSize)
 	}
-	rt.txBuf = make([][]byte, b)
-	for i := range rt.txBuf {
-		rt.txBuf[i] = make([]byte, rt.lhr+headroom+frameSize)
+	for i := range nShards {
+		var w link.Writer = ep
+		if i > 0 {
+			var err error
+			if w, err = ep.(link.TxQueuer).NewTxQueue(); err != nil {
+				return nil, err
+			}
+		}
+		s := &shard{rt: rt, w: w, bell: make(chan struct{}, 1), armed: transport.Never}
+		s.txBuf = make([][]byte, b)
+		for i := range s.txBuf {
+			s.txBuf[i] = make([]byte, rt.lhr+headroom+frameSize)
+		}
+		s.txOut = make([][]byte, 0, b)
+		rt.shards = append(rt.shards, s)
 	}
-	rt.txOut = make([][]byte, 0, b)
-	return rt
+	rt.fed = make([]*shard, 0, nShards)
+	return rt, nil
+}
+
+// shardOf is the shard of QPN qpn.
+func (rt *runtime) shardOf(qpn uint32) *shard {
+	return rt.shards[qpn%uint32(len(rt.shards))]
 }
 
 func (rt *runtime) start() {
-	rt.wg.Add(2)
+	rt.wg.Add(1 + len(rt.shards))
 	go rt.runReader()
-	go rt.runWorker()
+	for _, s := range rt.shards {
+		go s.runWorker()
+	}
 }
 
 func (rt *runtime) stop() error {
@@ -116,25 +170,27 @@ func (rt *runtime) stop() error {
 	return err
 }
 
-// kick puts q on the doorbell list and pumps at once if the runtime lock
-// is free, else wakes the worker. The caller must not hold q.mu.
+// kick puts q on its shard's doorbell list and pumps at once if the shard
+// lock is free, else wakes the shard's worker. The caller must not hold
+// q.mu.
 func (rt *runtime) kick(q *QP) {
+	s := q.shard
 	if !q.kicked.Swap(true) {
-		rt.bellMu.Lock()
-		rt.rung = append(rt.rung, q)
-		rt.bellMu.Unlock()
+		s.bellMu.Lock()
+		s.rung = append(s.rung, q)
+		s.bellMu.Unlock()
 	}
-	if rt.mu.TryLock() {
-		rt.pump(rt.d.now())
-		rt.mu.Unlock()
+	if s.mu.TryLock() {
+		s.pump(rt.d.now())
+		s.mu.Unlock()
 		return
 	}
-	rt.ring()
+	s.ring()
 }
 
-func (rt *runtime) ring() {
+func (s *shard) ring() {
 	select {
-	case rt.bell <- struct{}{}:
+	case s.bell <- struct{}{}:
 	default:
 	}
 }
@@ -157,30 +213,40 @@ func (rt *runtime) runReader() {
 			continue
 		}
 		raceAcquireLink()
-		rt.mu.Lock()
 		now := rt.d.now()
-		rt.receive(n, now)
-		rt.pump(now)
-		rt.mu.Unlock()
+		last := rt.receive(n, now)
+		if last != nil {
+			// Still locked by receive: answer at once from this goroutine.
+			last.pump(now)
+			last.mu.Unlock()
+		}
+		for _, s := range rt.fed {
+			if s != last {
+				s.ring()
+			}
+			s.fed = false
+		}
+		rt.fed = rt.fed[:0]
 	}
 }
 
-func (rt *runtime) runWorker() {
+func (s *shard) runWorker() {
+	rt := s.rt
 	defer rt.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		select {
-		case <-rt.bell:
+		case <-s.bell:
 		case <-timer.C:
 		case <-rt.done:
 			return
 		}
-		rt.mu.Lock()
+		s.mu.Lock()
 		now := rt.d.now()
-		rt.pump(now)
-		wait := rt.arm(now)
-		rt.mu.Unlock()
+		s.pump(now)
+		wait := s.arm(now)
+		s.mu.Unlock()
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -191,76 +257,79 @@ func (rt *runtime) runWorker() {
 	}
 }
 
-// pump fires due timers and transmits; rt.mu must be held. It wakes the
+// pump fires due timers and transmits; s.mu must be held. It wakes the
 // worker when work remains or when the earliest deadline moved before the
 // worker's timer.
-func (rt *runtime) pump(now transport.Time) {
-	rt.drainBell()
-	rt.fireTimers(now)
-	rt.transmit(now)
-	if len(rt.active) > 0 {
-		rt.ring()
+func (s *shard) pump(now transport.Time) {
+	s.drainBell()
+	s.fireTimers(now)
+	s.transmit(now)
+	if len(s.active) > 0 {
+		s.ring()
 		return
 	}
-	if t, ok := rt.nextDeadline(); ok && t < rt.armed {
-		rt.ring()
+	if t, ok := s.nextDeadline(); ok && t < s.armed {
+		s.ring()
 	}
 }
 
 // arm computes how long the worker sleeps and records when it wakes;
-// rt.mu must be held.
-func (rt *runtime) arm(now transport.Time) time.Duration {
-	if len(rt.active) > 0 {
-		rt.armed = now
+// s.mu must be held.
+func (s *shard) arm(now transport.Time) time.Duration {
+	if len(s.active) > 0 {
+		s.armed = now
 		return 0
 	}
-	t, ok := rt.nextDeadline()
+	t, ok := s.nextDeadline()
 	if !ok {
-		rt.armed = transport.Never
+		s.armed = transport.Never
 		return time.Hour
 	}
-	rt.armed = t
+	s.armed = t
 	return max(0, time.Duration(t-now))
 }
 
 // nextDeadline drops stale heap entries and returns the earliest live one.
-func (rt *runtime) nextDeadline() (transport.Time, bool) {
-	for rt.timers.Len() > 0 {
-		e := rt.timers[0]
+func (s *shard) nextDeadline() (transport.Time, bool) {
+	for s.timers.Len() > 0 {
+		e := s.timers[0]
 		if e.q.sched == e.at && !e.q.destroyed.Load() {
 			return e.at, true
 		}
-		rt.timers.pop()
+		s.timers.pop()
 	}
 	return 0, false
 }
 
 // drainBell moves the doorbell list to the active list. The two slices
 // swap roles (double buffering), so kick appends to one while the pump
-// reads the other; rt.mu must be held.
-func (rt *runtime) drainBell() {
-	rt.bellMu.Lock()
-	rung := rt.rung
-	rt.rung = rt.rungSpare[:0]
-	rt.bellMu.Unlock()
+// reads the other; s.mu must be held.
+func (s *shard) drainBell() {
+	s.bellMu.Lock()
+	rung := s.rung
+	s.rung = s.rungSpare[:0]
+	s.bellMu.Unlock()
 	for i, q := range rung {
 		q.kicked.Store(false)
-		rt.activate(q)
+		s.activate(q)
 		rung[i] = nil
 	}
-	rt.rungSpare = rung[:0]
+	s.rungSpare = rung[:0]
 }
 
-func (rt *runtime) activate(q *QP) {
+func (s *shard) activate(q *QP) {
 	if !q.active {
 		q.active = true
-		rt.active = append(rt.active, q)
+		s.active = append(s.active, q)
 	}
 }
 
-func (rt *runtime) receive(n int, now transport.Time) {
+// receive feeds n received frames to their QPs and returns the shard it
+// fed last, still locked (nil if none).
+func (rt *runtime) receive(n int, now transport.Time) *shard {
 	d := rt.d
 	var locked *QP
+	var ls *shard // locked shard
 	for i := 0; i < n; i++ {
 		frame := rt.rxBufs[i][rt.lhr : rt.lhr+rt.rxSizes[i]]
 		d.Counters.RxFrames.Add(1)
@@ -277,8 +346,19 @@ func (rt *runtime) receive(n int, now transport.Time) {
 		}
 		if locked != q {
 			if locked != nil {
-				rt.afterEngine(locked)
+				ls.afterEngine(locked)
 				locked.mu.Unlock()
+			}
+			if s := q.shard; s != ls {
+				if ls != nil {
+					ls.mu.Unlock()
+				}
+				s.mu.Lock()
+				ls = s
+				if !s.fed {
+					s.fed = true
+					rt.fed = append(rt.fed, s)
+				}
 			}
 			q.mu.Lock()
 			locked = q
@@ -294,9 +374,10 @@ func (rt *runtime) receive(n int, now transport.Time) {
 		q.eng.Receive(now, p.Transport(), &rt.info)
 	}
 	if locked != nil {
-		rt.afterEngine(locked)
+		ls.afterEngine(locked)
 		locked.mu.Unlock()
 	}
+	return ls
 }
 
 // addressed mirrors rxe_recv.c: the destination must be one of our GIDs,
@@ -327,17 +408,18 @@ func (rt *runtime) countDecodeError(err error) {
 	}
 }
 
-// afterEngine runs with q.mu held after an engine call that may have
-// produced packets: reschedule the QP's timer and mark it active so the
-// pump asks it for packets.
-func (rt *runtime) afterEngine(q *QP) {
-	rt.schedule(q)
-	rt.activate(q)
+// afterEngine runs with s.mu and q.mu held after an engine call that may
+// have produced packets: reschedule the QP's timer and mark it active so
+// the pump asks it for packets.
+func (s *shard) afterEngine(q *QP) {
+	s.schedule(q)
+	s.activate(q)
 }
 
 // schedule pushes q's engine deadline into the timer heap when it changed;
-// q.mu must be held. Stale heap entries are skipped when they surface.
-func (rt *runtime) schedule(q *QP) {
+// s.mu and q.mu must be held. Stale heap entries are skipped when they
+// surface.
+func (s *shard) schedule(q *QP) {
 	dl := q.eng.Deadline()
 	if dl == transport.Never {
 		q.sched = 0
@@ -345,13 +427,13 @@ func (rt *runtime) schedule(q *QP) {
 	}
 	if dl != q.sched {
 		q.sched = dl
-		rt.timers.push(timerEntry{at: dl, q: q})
+		s.timers.push(timerEntry{at: dl, q: q})
 	}
 }
 
-func (rt *runtime) fireTimers(now transport.Time) {
-	for rt.timers.Len() > 0 && rt.timers[0].at <= now {
-		e := rt.timers.pop()
+func (s *shard) fireTimers(now transport.Time) {
+	for s.timers.Len() > 0 && s.timers[0].at <= now {
+		e := s.timers.pop()
 		q := e.q
 		if q.sched != e.at || q.destroyed.Load() {
 			continue // stale entry
@@ -359,16 +441,17 @@ func (rt *runtime) fireTimers(now transport.Time) {
 		q.sched = 0
 		q.mu.Lock()
 		q.eng.Tick(now)
-		rt.afterEngine(q)
+		s.afterEngine(q)
 		q.mu.Unlock()
 	}
 }
 
 // transmit gives every active QP one round of up to txBudget packets and
 // keeps the ones that still have work on the active list.
-func (rt *runtime) transmit(now transport.Time) {
+func (s *shard) transmit(now transport.Time) {
+	rt := s.rt
 	d := rt.d
-	act := rt.active
+	act := s.active
 	keep := act[:0]
 	for _, q := range act {
 		if q.destroyed.Load() {
@@ -378,7 +461,7 @@ func (rt *runtime) transmit(now transport.Time) {
 		q.mu.Lock()
 		more := false
 		for k := 0; k < txBudget; k++ {
-			buf := rt.txBuf[len(rt.txOut)]
+			buf := s.txBuf[len(s.txOut)]
 			bthOff := rt.lhr + headroom
 			n, ah, ok := q.eng.Transmit(now, buf[bthOff:])
 			if !ok {
@@ -386,25 +469,25 @@ func (rt *runtime) transmit(now transport.Time) {
 			}
 			addr := &q.path
 			if q.typ == UD {
-				if !d.ahs.lookup(ah, &rt.ahAddr) {
+				if !d.ahs.lookup(ah, &s.ahAddr) {
 					d.Counters.TxNoRoute.Add(1)
 					continue
 				}
-				rt.ahAddr.SrcPort = d.sport
-				if rt.ahAddr.SrcPort == 0 {
-					rt.ahAddr.SrcPort = wire.UDPSourcePort(q.qpn, 0)
+				s.ahAddr.SrcPort = d.sport
+				if s.ahAddr.SrcPort == 0 {
+					s.ahAddr.SrcPort = wire.UDPSourcePort(q.qpn, 0)
 				}
-				addr = &rt.ahAddr
+				addr = &s.ahAddr
 			} else if !q.pathOK {
 				d.Counters.TxNoRoute.Add(1)
 				continue
 			}
-			rt.queueFrame(buf, bthOff, n, addr)
+			s.queueFrame(buf, bthOff, n, addr)
 			if k == txBudget-1 {
 				more = true
 			}
 		}
-		rt.schedule(q)
+		s.schedule(q)
 		q.mu.Unlock()
 		if more {
 			keep = append(keep, q)
@@ -412,59 +495,62 @@ func (rt *runtime) transmit(now transport.Time) {
 			q.active = false
 		}
 	}
-	rt.active = keep
-	rt.flush()
+	s.active = keep
+	s.flush()
 }
 
-// flushResponses writes every response q has queued; rt.mu and q.mu must
+// flushResponses writes every response q has queued; s.mu and q.mu must
 // be held. It is how a destroyed QP still acknowledges what it executed.
-func (rt *runtime) flushResponses(q *QP, now transport.Time) {
+func (s *shard) flushResponses(q *QP, now transport.Time) {
 	if !q.pathOK || q.typ == UD {
 		return
 	}
+	lhr := s.rt.lhr
 	for k := 0; k < 4*txBudget; k++ {
-		buf := rt.txBuf[len(rt.txOut)]
-		bthOff := rt.lhr + headroom
+		buf := s.txBuf[len(s.txOut)]
+		bthOff := lhr + headroom
 		n, ok := q.eng.TransmitResponse(now, buf[bthOff:])
 		if !ok {
 			break
 		}
-		rt.queueFrame(buf, bthOff, n, &q.path)
+		s.queueFrame(buf, bthOff, n, &q.path)
 	}
-	rt.flush()
+	s.flush()
 }
 
 // queueFrame wraps the packet at buf[bthOff:bthOff+n] in its frame and adds
-// it to the transmit batch, flushing a full batch; rt.mu must be held.
-func (rt *runtime) queueFrame(buf []byte, bthOff, n int, addr *wire.Addr) {
+// it to the transmit batch, flushing a full batch; s.mu must be held.
+func (s *shard) queueFrame(buf []byte, bthOff, n int, addr *wire.Addr) {
+	rt := s.rt
 	frame, err := wire.Finish(buf, bthOff, n, rt.framing, addr)
 	if err != nil {
 		rt.d.Counters.TxErrors.Add(1)
 		return
 	}
 	off := bthOff - addr.Headroom(rt.framing) // index of the frame's first byte in buf
-	rt.txOut = append(rt.txOut, buf[off-rt.lhr:off+len(frame)])
-	if len(rt.txOut) == cap(rt.txOut) {
-		rt.flush()
+	s.txOut = append(s.txOut, buf[off-rt.lhr:off+len(frame)])
+	if len(s.txOut) == cap(s.txOut) {
+		s.flush()
 	}
 }
 
-func (rt *runtime) flush() {
-	if len(rt.txOut) == 0 {
+func (s *shard) flush() {
+	if len(s.txOut) == 0 {
 		return
 	}
+	rt := s.rt
 	d := rt.d
 	raceReleaseLink()
-	n, err := rt.ep.Write(rt.txOut, rt.lhr)
+	n, err := s.w.Write(s.txOut, rt.lhr)
 	d.Counters.TxFrames.Add(uint64(n))
-	for _, f := range rt.txOut[:n] {
+	for _, f := range s.txOut[:n] {
 		d.Counters.TxBytes.Add(uint64(len(f) - rt.lhr))
 	}
 	if err != nil {
 		// The transport retransmits what was lost; count and go on.
-		d.Counters.TxErrors.Add(uint64(len(rt.txOut) - n))
+		d.Counters.TxErrors.Add(uint64(len(s.txOut) - n))
 	}
-	rt.txOut = rt.txOut[:0]
+	s.txOut = s.txOut[:0]
 }
 
 type timerEntry struct {

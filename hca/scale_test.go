@@ -15,9 +15,18 @@ import (
 )
 
 // Many QP pairs driven from their own goroutines at once: every message
-// arrives intact on its own QP. Run with -race.
+// arrives intact on its own QP. Run with -race. With one transmit shard
+// every QP shares one lock; with three, QPs of different shards transmit
+// from different goroutines through their own link writers while one
+// reader feeds them all.
 func TestManyQPsManyGoroutines(t *testing.T) {
-	da, db := pair(t, memlink.Config{QueueLen: 4096})
+	for _, shards := range []int{1, 3} {
+		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) { manyQPs(t, shards) })
+	}
+}
+
+func manyQPs(t *testing.T, shards int) {
+	da, db := pairShards(t, memlink.Config{QueueLen: 4096}, shards)
 	const pairs, msgs = 8, 200
 	var wg sync.WaitGroup
 	errs := make(chan error, pairs)

@@ -89,6 +89,23 @@ type Endpoint interface {
 	Close() error
 }
 
+// Writer is the transmit half of an Endpoint (see Endpoint.Write).
+type Writer interface {
+	Write(bufs [][]byte, offset int) (n int, err error)
+}
+
+// TxQueuer is implemented by links that can transmit from several
+// goroutines at once. Each NewTxQueue returns a Writer that one goroutine
+// may use concurrently with the endpoint's own Write, with Read and with
+// every other queue (on the UDP link, a duplicate of the socket with its
+// own batching state, so the kernel's per-file write lock is not shared).
+// Frames of one queue leave in order; frames of different queues may
+// interleave. Queues share the endpoint's configuration, counters and
+// lifetime: Close closes them too.
+type TxQueuer interface {
+	NewTxQueue() (Writer, error)
+}
+
 // IdealBatchSize is the batch size backends aim for (wireguard-go uses 128).
 const IdealBatchSize = 64
 

@@ -147,7 +147,27 @@ type Endpoint struct {
 	timer *time.Timer // Read's delay wait; owned by the single reader
 }
 
-var _ link.Endpoint = (*Endpoint)(nil)
+var (
+	_ link.Endpoint = (*Endpoint)(nil)
+	_ link.TxQueuer = (*Endpoint)(nil)
+)
+
+// NewTxQueue returns a Writer for another goroutine (link.TxQueuer). Every
+// Write of a direction already runs under that direction's lock, so a
+// queue is the endpoint's own Write: frames of concurrent writers
+// interleave batch by batch, as on a switch port.
+func (e *Endpoint) NewTxQueue() (link.Writer, error) {
+	select {
+	case <-e.closed:
+		return nil, link.ErrClosed
+	default:
+	}
+	return txQueue{e}, nil
+}
+
+type txQueue struct{ e *Endpoint }
+
+func (q txQueue) Write(bufs [][]byte, offset int) (int, error) { return q.e.Write(bufs, offset) }
 
 // NewPair returns two connected endpoints. It is meant for tests, whose
 // configurations are constants: it panics on an invalid Config. Use Pair to

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +46,7 @@ const (
 
 type txState struct {
 	e       *Endpoint
+	rc      syscall.RawConn // the socket this state sends through
 	hdr     int // IP + UDP header length
 	msgs    []unix.Mmsghdr
 	iovs    []unix.Iovec
@@ -64,8 +67,8 @@ type txState struct {
 
 var cmsgSpace2 = unix.CmsgSpace(2)
 
-func (t *txState) init(e *Endpoint) {
-	t.e = e
+func (t *txState) init(e *Endpoint, rc syscall.RawConn) {
+	t.e, t.rc = e, rc
 	n := e.cfg.BatchSize
 	t.hdr = ipv4Hdr + udpHdr
 	if e.is6 {
@@ -88,13 +91,58 @@ func (t *txState) init(e *Endpoint) {
 // link.ErrFrameTooLarge) or the kernel refuses, after sending the frames
 // before it.
 func (e *Endpoint) Write(bufs [][]byte, offset int) (int, error) {
+	return e.tx.Write(bufs, offset)
+}
+
+// txQueue is an extra transmit queue (link.TxQueuer): a duplicate of the
+// UDP socket with its own batching state.
+type txQueue struct{ txState }
+
+// NewTxQueue returns a Writer that sends through a duplicate of the
+// endpoint's UDP socket (see link.TxQueuer). Each os.File has its own
+// write lock in the Go runtime; the duplicate lets two goroutines be in
+// sendmmsg on the same socket at once, which the kernel allows.
+func (e *Endpoint) NewTxQueue() (link.Writer, error) {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	if e.closed.Load() {
+		return nil, link.ErrClosed
+	}
+	var fd int
+	var derr error
+	if err := e.udpRC.Control(func(s uintptr) { fd, derr = unix.Dup(int(s)) }); err != nil {
+		return nil, fmt.Errorf("udp: transmit queue: %w", err)
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("udp: transmit queue: dup: %w", derr)
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("udp: transmit queue: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "udp-txq")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	q := &txQueue{}
+	q.init(e, rc)
+	e.queues = append(e.queues, f)
+	return q, nil
+}
+
+// Write sends bufs through t (see Endpoint.Write).
+func (t *txState) Write(bufs [][]byte, offset int) (int, error) {
+	e := t.e
 	if e.closed.Load() {
 		return 0, link.ErrClosed
 	}
 	total := 0
 	for len(bufs) > 0 {
 		k := min(len(bufs), e.cfg.BatchSize)
-		n, err := e.tx.write(bufs[:k], offset)
+		n, err := t.write(bufs[:k], offset)
 		total += n
 		if err != nil {
 			return total, err
@@ -278,7 +326,7 @@ func (t *txState) sendAll(nmsg int) (int, error) {
 	if nmsg == 0 {
 		return 0, nil
 	}
-	err := e.udpRC.Write(t.fn)
+	err := t.rc.Write(t.fn)
 	frames := 0
 	for i := range t.next {
 		frames += t.frames[i]

@@ -102,12 +102,16 @@ type Endpoint struct {
 
 	st counters
 	tx txState // owned by the single writer
+
+	qmu    sync.Mutex
+	queues []*os.File // duplicates of udp behind NewTxQueue writers
 	rx rxState // owned by the single reader
 }
 
 var (
 	_ link.Endpoint     = (*Endpoint)(nil)
 	_ link.SourcePorter = (*Endpoint)(nil)
+	_ link.TxQueuer     = (*Endpoint)(nil)
 )
 
 // Open creates the sockets and binds them to cfg.Addr:cfg.Port.
@@ -144,7 +148,7 @@ func Open(cfg Config) (*Endpoint, error) {
 		e.closeFiles()
 		return nil, err
 	}
-	e.tx.init(e)
+	e.tx.init(e, e.udpRC)
 	e.rx.init(e)
 	return e, nil
 }
@@ -300,6 +304,12 @@ func (e *Endpoint) Close() error {
 }
 
 func (e *Endpoint) closeFiles() {
+	e.qmu.Lock()
+	for _, f := range e.queues {
+		f.Close()
+	}
+	e.queues = nil
+	e.qmu.Unlock()
 	if e.udp != nil {
 		e.udp.Close()
 	}

@@ -1,0 +1,85 @@
+package hca
+
+import (
+	goruntime "runtime"
+	"testing"
+
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/memlink"
+)
+
+// soloWriter hides memlink's TxQueuer: a link that can only be written
+// from one goroutine.
+type soloWriter struct{ link.Endpoint }
+
+func TestShardCount(t *testing.T) {
+	a, b, err := memlink.Pair(memlink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	auto := min(goruntime.GOMAXPROCS(0), maxAutoShards)
+	for _, tc := range []struct {
+		name string
+		ep   link.Endpoint
+		opt  int
+		want int
+	}{
+		{"queues, auto", a, 0, auto},
+		{"queues, 1", a, 1, 1},
+		{"queues, 6", a, 6, 6},
+		{"no queues, auto", soloWriter{a}, 0, 1},
+		{"no queues, 6", soloWriter{a}, 6, 1},
+		{"negative", a, -2, auto},
+	} {
+		if got := shardCount(tc.ep, tc.opt); got != tc.want {
+			t.Errorf("%s: shardCount = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// QPs are spread over the shards by QPN, and the link writer of shard 0 is
+// the endpoint itself while the others are transmit queues.
+func TestQPsSpreadOverShards(t *testing.T) {
+	a, b, err := memlink.Pair(memlink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d, err := Open(a, Options{Shards: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if len(d.rt.shards) != 3 {
+		t.Fatalf("%d shards, want 3", len(d.rt.shards))
+	}
+	if d.rt.shards[0].w != link.Writer(a) {
+		t.Error("shard 0 does not write through the endpoint")
+	}
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[*shard]int{}
+	for range 9 {
+		q, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.shard != d.rt.shardOf(uint32(q.qpn)) {
+			t.Fatalf("QP %d on the wrong shard", q.qpn)
+		}
+		per[q.shard]++
+	}
+	for i, s := range d.rt.shards {
+		if per[s] != 3 {
+			t.Errorf("shard %d has %d of 9 QPs, want 3", i, per[s])
+		}
+	}
+}
