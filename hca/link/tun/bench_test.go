@@ -13,25 +13,35 @@ import (
 )
 
 // BenchmarkTUN measures one direction of the routed two-namespace topology:
-// the writer sends batches of RoCEv2 frames (MTU 1024 and 4096 payloads)
-// into tunA, the kernel forwards them twice, and the reader drains tunB.
-// Bytes are IP packet bytes received; loss/op counts frames the kernel
-// dropped (a TUN queue overflows when the reader falls behind).
+// the writer sends 64 KiB messages of RoCEv2 frames (MTU 1024 and 4096
+// payloads: 64 or 16 frames, one QP, consecutive PSNs, one Write each) into
+// tunA, the kernel forwards them twice, and the reader drains tunB; both
+// devices with the default offloads (the message goes as super-packets,
+// forwarded whole, split by the reader) or with NoOffload (one write(2)
+// and read(2) per frame). An op is one frame; bytes are IP packet bytes;
+// loss/op counts frames the kernel dropped (a TUN queue overflows when the
+// reader falls behind).
 func BenchmarkTUN(b *testing.B) {
 	r := newRouted(b, false, 9000)
 	for _, payload := range []int{1024, 4096} {
-		b.Run(fmt.Sprintf("payload=%d", payload), func(b *testing.B) {
-			benchOneWay(b, r, payload)
-		})
+		for _, off := range []bool{true, false} {
+			name := "on"
+			if !off {
+				name = "off"
+			}
+			b.Run(fmt.Sprintf("payload=%d/offload=%s", payload, name), func(b *testing.B) {
+				benchOneWay(b, r, payload, func(c *Config) { c.NoOffload = !off })
+			})
+		}
 	}
 }
 
 // window is the benchmark's flow control: frames written and not yet read.
 const window = 256
 
-func benchOneWay(b *testing.B, r *routed, payload int) {
-	ea, eb := r.open(b, nil)
-	batch := ea.BatchSize()
+func benchOneWay(b *testing.B, r *routed, payload int, mod func(*Config)) {
+	ea, eb := r.open(b, mod)
+	batch := min(ea.BatchSize(), 65536/payload)
 	frames := make([][]byte, batch)
 	for i := range frames {
 		f, err := linktest.Frame(ea, eb, bth.PSN(i), payload)
@@ -101,4 +111,7 @@ func benchOneWay(b *testing.B, r *routed, payload int) {
 	eb.Close()
 	n := <-got
 	b.ReportMetric(float64(b.N-n)/float64(b.N), "loss/op")
+	if st := ea.Stats(); st.TxGSO > 0 {
+		b.ReportMetric(float64(st.TxGSOSegments)/float64(st.TxGSO), "frames/super-packet")
+	}
 }

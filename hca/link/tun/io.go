@@ -46,12 +46,14 @@ type rxState struct {
 	seg     int
 	lay     vnet.Layout
 
-	// State of one Read.
-	bufs   [][]byte
-	sizes  []int
-	offset int
-	n      int
-	errno  unix.Errno
+	// State of one Read. The per-frame counts go to the shared counters
+	// once per Read.
+	csums, segs int
+	bufs        [][]byte
+	sizes       []int
+	offset      int
+	n           int
+	errno       unix.Errno
 
 	fn func(fd uintptr) bool // drain the device into bufs
 }
@@ -100,6 +102,14 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 }
 
 func (r *rxState) result() (int, error) {
+	if r.csums > 0 {
+		r.e.st.rxCsumPartial.Add(uint64(r.csums))
+		r.csums = 0
+	}
+	if r.segs > 0 {
+		r.e.st.rxGSOSegments.Add(uint64(r.segs))
+		r.segs = 0
+	}
 	if r.n > 0 {
 		raceAcquire()
 		r.e.st.rxFrames.Add(uint64(r.n))
@@ -183,7 +193,7 @@ func (r *rxState) drain(fd uintptr) bool {
 				e.st.rxMalformed.Add(1)
 				continue
 			}
-			e.st.rxCsumPartial.Add(1)
+			r.csums++
 		}
 		r.sizes[r.n] = size
 		r.n++
@@ -237,7 +247,7 @@ func (r *rxState) deliver() {
 			e.st.rxTooLarge.Add(1)
 			continue
 		}
-		e.st.rxGSOSegments.Add(1)
+		r.segs++
 		r.sizes[r.n] = k
 		r.n++
 	}
@@ -474,7 +484,7 @@ var noOffload [vnet.HdrLen]byte
 func (t *txState) build(gso bool) {
 	e := t.e
 	t.nmsg, t.next = 0, 0
-	iov, fi := 0, 0
+	iov, fi, patched := 0, 0, 0
 	for i := 0; i < len(t.frames); {
 		f := t.frames[i][t.offset:]
 		j := i + 1
@@ -542,7 +552,7 @@ func (t *txState) build(gso bool) {
 				setIov(&t.iovs[iov], pay[:len(pay)-4])
 				setIov(&t.iovs[iov+1], c)
 				iov += 2
-				e.st.txICRCPatched.Add(1)
+				patched++
 			} else {
 				setIov(&t.iovs[iov], pay)
 				iov++
@@ -553,6 +563,9 @@ func (t *txState) build(gso bool) {
 		i = j
 	}
 	t.niov = iov
+	if patched > 0 {
+		e.st.txICRCPatched.Add(uint64(patched))
+	}
 }
 
 // runPayload is the UDP payload of a run: its frames without headers.
