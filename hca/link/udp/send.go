@@ -47,7 +47,7 @@ const (
 type txState struct {
 	e       *Endpoint
 	rc      syscall.RawConn // the socket this state sends through
-	hdr     int // IP + UDP header length
+	hdr     int             // IP + UDP header length
 	msgs    []unix.Mmsghdr
 	iovs    []unix.Iovec
 	sa4     []unix.RawSockaddrInet4

@@ -105,7 +105,7 @@ type Endpoint struct {
 
 	qmu    sync.Mutex
 	queues []*os.File // duplicates of udp behind NewTxQueue writers
-	rx rxState // owned by the single reader
+	rx     rxState    // owned by the single reader
 }
 
 var (
