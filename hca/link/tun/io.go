@@ -452,11 +452,19 @@ func (t *txState) send(fd uintptr) bool {
 	return true
 }
 
+// refuseGSO plays, for tests, a kernel that takes TUNSETOFFLOAD but
+// refuses UDP_L4 super-packets from the writer (EINVAL).
+var refuseGSO bool
+
 // sendv is the RawConn.Write callback with a virtio-net header: one
 // writev per message.
 func (t *txState) sendv(fd uintptr) bool {
 	for t.next < t.nmsg {
 		m := &t.msgs[t.next]
+		if refuseGSO && m.gso {
+			t.errno = unix.EINVAL
+			return true
+		}
 		_, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.iovs[m.iov])), uintptr(m.niov))
 		switch errno {
 		case 0:

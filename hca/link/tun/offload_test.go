@@ -426,3 +426,21 @@ func TestZeroAllocsGSO(t *testing.T) {
 		})
 	}
 }
+
+// TestGSORefusedAtWrite: a kernel that granted USO but refuses a
+// super-packet (EINVAL, played by refuseGSO) turns GSO off for good, and
+// the refused run and the rest of the batch are resent packet by packet.
+func TestGSORefusedAtWrite(t *testing.T) {
+	h := newHairpin(t, nil)
+	needUSO(t, h.e)
+	refuseGSO = true
+	t.Cleanup(func() { refuseGSO = false })
+	hairpinRoundTrip(t, h, 40, 4096)
+	if h.e.GSO() {
+		t.Fatal("GSO still on after EINVAL")
+	}
+	hairpinRoundTrip(t, h, 40, 4096)
+	if st := h.e.Stats(); st.TxGSO != 0 || st.TxErrors != 0 || st.TxFrames != 80 || st.RxFrames != 80 {
+		t.Fatalf("stats %+v", st)
+	}
+}
