@@ -2,7 +2,7 @@ package hca
 
 // The runtime moves packets between the link and the engines.
 //
-//  1. The reader goroutine receives a batch with one link.Read and processes
+//  1. A reader goroutine receives a batch with one link.Read and processes
 //     it at once: every frame is decoded once (wire.Packet), its ICRC
 //     verified, its destination QPN looked up in the lock-free QP table, and
 //     the engine fed, holding the QP's shard lock and the QP's lock once per
@@ -25,7 +25,10 @@ package hca
 // Shards spread QPs over cores: a QP belongs to shard QPN mod S, and each
 // shard has its own lock, active list, timers, transmit buffers, worker and
 // link writer (link.TxQueuer: on the UDP link, its own duplicate of the
-// socket). With one shard (a link without transmit queues, such as the pcap
+// socket). When the link can also sort received packets by DestQP mod S
+// (link.RxQueuer: on the UDP link over IPv4, one raw socket per shard with
+// a BPF filter), each shard gets its own reader too, and the shards are
+// independent end to end; otherwise one reader feeds every shard. With one shard (a link without transmit queues, such as the pcap
 // tap, whose capture must keep the order of the wire) everything runs under
 // one lock, as rxe runs every QP's tasks. Lock order: a shard's lock before
 // a QP's lock; nobody holds two shard locks.
@@ -70,14 +73,20 @@ type runtime struct {
 	events        chan AsyncEvent
 	eventsDropped atomic.Uint64
 
-	shards []*shard
+	shards  []*shard
+	readers []*reader
+}
 
-	// Reader-owned.
-	rxBufs  [][]byte
-	rxSizes []int
-	pkt     wire.Packet
-	info    transport.RxInfo
-	fed     []*shard // shards the current batch fed, in order
+// reader is one receive goroutine's state: the link (or one of its
+// receive queues, link.RxQueuer) it reads and what it decodes into.
+type reader struct {
+	rt    *runtime
+	r     link.Reader
+	bufs  [][]byte
+	sizes []int
+	pkt   wire.Packet
+	info  transport.RxInfo
+	fed   []*shard // shards the current batch fed, in order
 }
 
 // shard is one transmit context: a lock, the QPs with work, their timers,
@@ -91,8 +100,6 @@ type shard struct {
 	bellMu    sync.Mutex
 	rung      []*QP // protected by bellMu
 	rungSpare []*QP // protected by mu: the other half of the double buffer
-
-	fed bool // owned by the reader: on rt.fed
 
 	// mu is the shard lock: it protects the pump state below and
 	// serializes the shard's link writes.
@@ -125,10 +132,6 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 	rt := &runtime{
 		d: d, ep: ep, framing: wire.Framing(ep.Format()), lhr: ep.Headroom(), batch: b,
 		done: make(chan struct{}), events: make(chan AsyncEvent, 64),
-		rxBufs: make([][]byte, b), rxSizes: make([]int, b),
-	}
-	for i := range rt.rxBufs {
-		rt.rxBufs[i] = make([]byte, rt.lhr+frameSize)
 	}
 	for i := range nShards {
 		var w link.Writer = ep
@@ -146,7 +149,28 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 		s.txOut = make([][]byte, 0, b)
 		rt.shards = append(rt.shards, s)
 	}
-	rt.fed = make([]*shard, 0, nShards)
+	// With several shards, let the link sort received packets by QP onto
+	// one receive queue per shard, so that the shards' packets are also
+	// received and processed on different cores (reader i then feeds only
+	// shard i: both go by QPN mod nShards). A link that cannot split keeps
+	// one reader for every shard.
+	links := []link.Reader{ep}
+	if q, ok := ep.(link.RxQueuer); ok && nShards > 1 {
+		more, err := q.SplitRx(nShards)
+		switch {
+		case err == nil:
+			links = append(links, more...)
+		case !errors.Is(err, link.ErrNotSupported):
+			return nil, err
+		}
+	}
+	for _, l := range links {
+		r := &reader{rt: rt, r: l, bufs: make([][]byte, b), sizes: make([]int, b), fed: make([]*shard, 0, nShards)}
+		for i := range r.bufs {
+			r.bufs[i] = make([]byte, rt.lhr+frameSize)
+		}
+		rt.readers = append(rt.readers, r)
+	}
 	return rt, nil
 }
 
@@ -156,8 +180,10 @@ func (rt *runtime) shardOf(qpn uint32) *shard {
 }
 
 func (rt *runtime) start() {
-	rt.wg.Add(1 + len(rt.shards))
-	go rt.runReader()
+	rt.wg.Add(len(rt.readers) + len(rt.shards))
+	for _, r := range rt.readers {
+		go r.run()
+	}
 	for _, s := range rt.shards {
 		go s.runWorker()
 	}
@@ -195,10 +221,11 @@ func (s *shard) ring() {
 	}
 }
 
-func (rt *runtime) runReader() {
+func (r *reader) run() {
+	rt := r.rt
 	defer rt.wg.Done()
 	for {
-		n, err := rt.ep.Read(rt.rxBufs, rt.rxSizes, rt.lhr)
+		n, err := r.r.Read(r.bufs, r.sizes, rt.lhr)
 		if err != nil {
 			if errors.Is(err, link.ErrClosed) {
 				return
@@ -214,19 +241,19 @@ func (rt *runtime) runReader() {
 		}
 		raceAcquireLink()
 		now := rt.d.now()
-		last := rt.receive(n, now)
+		last := r.receive(n, now)
 		if last != nil {
 			// Still locked by receive: answer at once from this goroutine.
 			last.pump(now)
 			last.mu.Unlock()
 		}
-		for _, s := range rt.fed {
+		for i, s := range r.fed {
 			if s != last {
 				s.ring()
 			}
-			s.fed = false
+			r.fed[i] = nil
 		}
-		rt.fed = rt.fed[:0]
+		r.fed = r.fed[:0]
 	}
 }
 
@@ -326,15 +353,16 @@ func (s *shard) activate(q *QP) {
 
 // receive feeds n received frames to their QPs and returns the shard it
 // fed last, still locked (nil if none).
-func (rt *runtime) receive(n int, now transport.Time) *shard {
+func (r *reader) receive(n int, now transport.Time) *shard {
+	rt := r.rt
 	d := rt.d
 	var locked *QP
 	var ls *shard // locked shard
 	for i := 0; i < n; i++ {
-		frame := rt.rxBufs[i][rt.lhr : rt.lhr+rt.rxSizes[i]]
+		frame := r.bufs[i][rt.lhr : rt.lhr+r.sizes[i]]
 		d.Counters.RxFrames.Add(1)
 		d.Counters.RxBytes.Add(uint64(len(frame)))
-		p := &rt.pkt
+		p := &r.pkt
 		if err := p.Decode(frame, rt.framing); err != nil {
 			rt.countDecodeError(err)
 			continue
@@ -355,10 +383,7 @@ func (rt *runtime) receive(n int, now transport.Time) *shard {
 				}
 				s.mu.Lock()
 				ls = s
-				if !s.fed {
-					s.fed = true
-					rt.fed = append(rt.fed, s)
-				}
+				r.markFed(s)
 			}
 			q.mu.Lock()
 			locked = q
@@ -368,16 +393,26 @@ func (rt *runtime) receive(n int, now transport.Time) *shard {
 			continue
 		}
 		if q.typ == UD {
-			p.VerbsGRH(&rt.info.GRH)
-			rt.info.HasGRH = true
+			p.VerbsGRH(&r.info.GRH)
+			r.info.HasGRH = true
 		}
-		q.eng.Receive(now, p.Transport(), &rt.info)
+		q.eng.Receive(now, p.Transport(), &r.info)
 	}
 	if locked != nil {
 		ls.afterEngine(locked)
 		locked.mu.Unlock()
 	}
 	return ls
+}
+
+// markFed records that the current batch fed s.
+func (r *reader) markFed(s *shard) {
+	for _, f := range r.fed {
+		if f == s {
+			return
+		}
+	}
+	r.fed = append(r.fed, s)
 }
 
 // addressed mirrors rxe_recv.c: the destination must be one of our GIDs,

@@ -128,3 +128,22 @@ var ErrFrameTooLarge = errors.New("link: frame larger than the link MTU")
 type SourcePorter interface {
 	SourcePort() uint16
 }
+
+// Reader is the receive half of an Endpoint (see Endpoint.Read).
+type Reader interface {
+	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
+}
+
+// RxQueuer is implemented by links that can spread received frames over
+// several readers by destination QP, so that several goroutines receive
+// and process at once. After SplitRx(n), the endpoint's own Read returns
+// only the frames whose BTH DestQP mod n is 0 (and frames too short to
+// carry a BTH, so that they are still counted), and the i-th returned
+// Reader (i from 0) the frames whose DestQP mod n is i+1. Each Reader is
+// for one goroutine, concurrently with the others and with every writer.
+// Call SplitRx once, before the first Read; the readers end with the
+// endpoint's Close. A link that cannot split for its current configuration
+// returns an error wrapping ErrNotSupported.
+type RxQueuer interface {
+	SplitRx(n int) ([]Reader, error)
+}

@@ -5,6 +5,7 @@ package udp
 import (
 	"encoding/binary"
 	"io"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,7 @@ const (
 
 type rxState struct {
 	e      *Endpoint
+	rc     syscall.RawConn // the socket this state receives from
 	direct bool // IPv6 without GRO: receive into the caller's buffers
 	msgs   []unix.Mmsghdr
 	iovs   []unix.Iovec
@@ -54,8 +56,8 @@ type rxState struct {
 	errno unix.Errno
 }
 
-func (r *rxState) init(e *Endpoint) {
-	r.e = e
+func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
+	r.e, r.rc = e, rc
 	n := e.cfg.BatchSize
 	r.direct = e.is6 && !e.cfg.GRO
 	r.msgs = make([]unix.Mmsghdr, n)
@@ -70,10 +72,15 @@ func (r *rxState) init(e *Endpoint) {
 // Read receives up to len(bufs) IP packets (see link.Endpoint). A packet
 // longer than its buffer is dropped and counted in RxTooLarge.
 func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.rx.Read(bufs, sizes, offset)
+}
+
+// Read receives through r (see Endpoint.Read).
+func (r *rxState) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	e := r.e
 	if e.closed.Load() {
 		return 0, link.ErrClosed
 	}
-	r := &e.rx
 	bufs = bufs[:min(len(bufs), e.cfg.BatchSize)]
 	if len(bufs) == 0 {
 		return 0, nil
@@ -118,7 +125,7 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			}
 		}
 		r.n, r.errno = 0, 0
-		err := e.rxRC.Read(r.fn)
+		err := r.rc.Read(r.fn)
 		if r.direct {
 			clear(r.iovs[:r.nmsg])
 		}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	goruntime "runtime"
 	"sync/atomic"
 	"syscall"
 
@@ -104,7 +105,9 @@ type Endpoint struct {
 	tx txState // owned by the single writer
 
 	qmu    sync.Mutex
-	queues []*os.File // duplicates of udp behind NewTxQueue writers
+	queues []*os.File // duplicates of udp behind NewTxQueue writers, SplitRx's raw sockets
+	split  bool       // SplitRx was called
+	netns  *os.File   // the network namespace Open ran in
 	rx     rxState    // owned by the single reader
 }
 
@@ -112,6 +115,7 @@ var (
 	_ link.Endpoint     = (*Endpoint)(nil)
 	_ link.SourcePorter = (*Endpoint)(nil)
 	_ link.TxQueuer     = (*Endpoint)(nil)
+	_ link.RxQueuer     = (*Endpoint)(nil)
 )
 
 // Open creates the sockets and binds them to cfg.Addr:cfg.Port.
@@ -144,12 +148,18 @@ func Open(cfg Config) (*Endpoint, error) {
 		mtu = cfg.MTU
 	}
 	e.mtu = mtu
+	if !e.is6 {
+		// Remember the namespace for SplitRx's extra raw sockets.
+		if f, err := os.Open("/proc/thread-self/ns/net"); err == nil {
+			e.netns = f
+		}
+	}
 	if err := e.openSockets(); err != nil {
 		e.closeFiles()
 		return nil, err
 	}
 	e.tx.init(e, e.udpRC)
-	e.rx.init(e)
+	e.rx.init(e, e.rxRC)
 	return e, nil
 }
 
@@ -305,6 +315,9 @@ func (e *Endpoint) Close() error {
 
 func (e *Endpoint) closeFiles() {
 	e.qmu.Lock()
+	if e.netns != nil {
+		e.netns.Close()
+	}
 	for _, f := range e.queues {
 		f.Close()
 	}
@@ -336,4 +349,114 @@ func (e *Endpoint) closedErr(err error) error {
 		return link.ErrClosed
 	}
 	return err
+}
+
+// SplitRx spreads IPv4 reception over n raw sockets by the BTH's DestQP
+// (see link.RxQueuer): each socket's BPF filter keeps the residue of its
+// reader, so the kernel, not a dispatcher goroutine, sorts the packets and
+// each reader's buffers, splitting state and ICRC work are its own. A GSO
+// super-datagram carries one QP's packets (Write aggregates no others), so
+// it goes to one reader whole. IPv6 receives on the UDP socket itself and
+// does not split.
+func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	switch {
+	case e.closed.Load():
+		return nil, link.ErrClosed
+	case e.is6:
+		return nil, fmt.Errorf("udp: receive queues on IPv6: %w", link.ErrNotSupported)
+	case e.split:
+		return nil, errors.New("udp: SplitRx called twice")
+	case n < 1 || n > 64:
+		return nil, fmt.Errorf("udp: SplitRx(%d): want 1..64 queues", n)
+	}
+	a4 := e.cfg.Addr.As4()
+	// The raw sockets must live in the endpoint's network namespace, which
+	// need not be the calling thread's (tests and tools open links inside
+	// a namespace on a locked thread and use them from anywhere).
+	goruntime.LockOSThread()
+	restore, err := enterNetNS(e.netns)
+	if err != nil {
+		goruntime.UnlockOSThread()
+		return nil, err
+	}
+	defer func() {
+		if restore() == nil {
+			goruntime.UnlockOSThread()
+		} // else the thread stays locked and dies with its goroutine
+	}()
+	var readers []link.Reader
+	var files []*os.File
+	fail := func(err error) ([]link.Reader, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, err
+	}
+	for i := 1; i < n; i++ {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		if err != nil {
+			return fail(fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err))
+		}
+		f := os.NewFile(uintptr(fd), "udp-raw-q")
+		files = append(files, f)
+		setBuffers(fd, e.cfg.RecvBuf, 0)
+		if err := attachFilter(fd, acceptUDPToQP(a4, e.cfg.Port, uint32(n), uint32(i))); err != nil {
+			return fail(err)
+		}
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: a4}); err != nil {
+			return fail(fmt.Errorf("udp: bind raw socket to %v: %w", e.cfg.Addr, err))
+		}
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return fail(err)
+		}
+		r := &rxQueue{}
+		r.init(e, rc)
+		readers = append(readers, r)
+	}
+	// Narrow the endpoint's own socket last: until then it still sees
+	// every packet (a packet may be read twice during the switch, never
+	// lost; SplitRx runs before traffic).
+	var ferr error
+	if err := e.rxRC.Control(func(s uintptr) {
+		ferr = attachFilter(int(s), acceptUDPToQP(a4, e.cfg.Port, uint32(n), 0))
+	}); err != nil {
+		return fail(err)
+	}
+	if ferr != nil {
+		return fail(ferr)
+	}
+	e.queues = append(e.queues, files...)
+	e.split = true
+	return readers, nil
+}
+
+// rxQueue is a receive queue of SplitRx: its own raw socket and state.
+type rxQueue struct{ rxState }
+
+// enterNetNS moves the calling (locked) thread into network namespace ns
+// unless it is there already, and returns how to move it back.
+func enterNetNS(ns *os.File) (restore func() error, err error) {
+	if ns == nil {
+		return nil, fmt.Errorf("udp: the endpoint's network namespace is unknown: %w", link.ErrNotSupported)
+	}
+	cur, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("udp: %w", err)
+	}
+	var a, b unix.Stat_t
+	if unix.Fstat(int(cur.Fd()), &a) == nil && unix.Fstat(int(ns.Fd()), &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino {
+		cur.Close()
+		return func() error { return nil }, nil
+	}
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+		cur.Close()
+		return nil, fmt.Errorf("udp: entering the endpoint's network namespace: %w", err)
+	}
+	return func() error {
+		defer cur.Close()
+		return unix.Setns(int(cur.Fd()), unix.CLONE_NEWNET)
+	}, nil
 }
