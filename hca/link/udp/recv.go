@@ -36,7 +36,7 @@ const (
 type rxState struct {
 	e      *Endpoint
 	rc     syscall.RawConn // the socket this state receives from
-	direct bool // IPv6 without GRO: receive into the caller's buffers
+	direct bool            // IPv6 without GRO: receive into the caller's buffers
 	msgs   []unix.Mmsghdr
 	iovs   []unix.Iovec
 	sa6    []unix.RawSockaddrInet6

@@ -8,8 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	goruntime "runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
