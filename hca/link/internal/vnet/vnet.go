@@ -3,6 +3,7 @@ package vnet
 import (
 	"encoding/binary"
 	"errors"
+	"math/bits"
 )
 
 // HdrLen is sizeof(struct virtio_net_hdr), the header without
@@ -201,27 +202,44 @@ func FinishChecksum(f []byte, start, off, min int) bool {
 }
 
 // Sum adds b as big-endian 16-bit words to the one's-complement
-// accumulator s (not folded); an odd last byte is padded with zero.
+// accumulator s (not folded); an odd last byte is padded with zero. It
+// adds 64-bit big-endian words with end-around carry, which is the same
+// sum modulo 0xFFFF (RFC 1071 §2): what Fold reduces.
 func Sum(s uint64, b []byte) uint64 {
+	var c, carry uint64
 	for len(b) >= 32 {
-		s += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:])) +
-			uint64(binary.BigEndian.Uint32(b[8:])) + uint64(binary.BigEndian.Uint32(b[12:])) +
-			uint64(binary.BigEndian.Uint32(b[16:])) + uint64(binary.BigEndian.Uint32(b[20:])) +
-			uint64(binary.BigEndian.Uint32(b[24:])) + uint64(binary.BigEndian.Uint32(b[28:]))
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b), 0)
+		carry += c
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[8:]), 0)
+		carry += c
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[16:]), 0)
+		carry += c
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b[24:]), 0)
+		carry += c
 		b = b[32:]
 	}
-	for len(b) >= 4 {
-		s += uint64(binary.BigEndian.Uint32(b))
+	for len(b) >= 8 {
+		s, c = bits.Add64(s, binary.BigEndian.Uint64(b), 0)
+		carry += c
+		b = b[8:]
+	}
+	var t uint64
+	if len(b) >= 4 {
+		t = uint64(binary.BigEndian.Uint32(b))
 		b = b[4:]
 	}
 	if len(b) >= 2 {
-		s += uint64(binary.BigEndian.Uint16(b))
+		t += uint64(binary.BigEndian.Uint16(b))
 		b = b[2:]
 	}
 	if len(b) == 1 {
-		s += uint64(b[0]) << 8
+		t += uint64(b[0]) << 8
 	}
-	return s
+	s, c = bits.Add64(s, t, 0)
+	carry += c
+	// 2^64 ≡ 1 (mod 0xFFFF): each carry out adds one back.
+	s, c = bits.Add64(s, carry, 0)
+	return s + c
 }
 
 // Fold folds the accumulator s to 16 bits (end-around carry).

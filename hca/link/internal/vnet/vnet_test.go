@@ -212,6 +212,15 @@ func TestSum(t *testing.T) {
 			t.Fatalf("length %d: %#x, want %#x", n, Fold(Sum(0, long[:n])), Fold(ref))
 		}
 	}
+	// Carries out of 64 bits: 64 KiB of 0xFF from a near-full accumulator
+	// (the 16-bit reference sums 32768 words of 0xFFFF).
+	ff := bytes.Repeat([]byte{0xFF}, 65536)
+	for _, s0 := range []uint64{0, 1, 0xFFFF, ^uint64(0) - 5} {
+		ref := s0%0xFFFF + 32768*0xFFFF
+		if got, want := Fold(Sum(s0, ff)), Fold(ref); got != want {
+			t.Fatalf("0xFF x 64 KiB from %#x: %#x, want %#x", s0, got, want)
+		}
+	}
 }
 
 // FuzzSegment: any frame and segment size either parse as a super-packet
@@ -249,4 +258,13 @@ func FuzzSegment(f *testing.F) {
 			t.Fatal("segments do not carry the payload in order")
 		}
 	})
+}
+
+func BenchmarkUDPChecksum(b *testing.B) {
+	f := roce(b, false, 0, 1, 4096)
+	b.SetBytes(int64(len(f)))
+	b.ReportAllocs()
+	for b.Loop() {
+		UDPChecksum(f)
+	}
 }
