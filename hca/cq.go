@@ -20,6 +20,7 @@ type CQ struct {
 	head, n  int
 	overflow bool
 	armed    bool
+	solOnly  bool // armed for solicited or unsuccessful completions only
 	dead     bool
 	refs     int
 
@@ -64,8 +65,10 @@ func (cq *CQ) Push(wc *WC) bool {
 	}
 	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
 	cq.n++
-	fire := cq.armed
-	cq.armed = false
+	fire := cq.armed && (!cq.solOnly || wc.Solicited || wc.Status != transport.StatusSuccess)
+	if fire {
+		cq.armed = false
+	}
 	cq.mu.Unlock()
 	select {
 	case cq.avail <- struct{}{}:
@@ -131,14 +134,21 @@ func (cq *CQ) Wait(ctx context.Context) error {
 }
 
 // ReqNotify arms the CQ: the next completion sends one event on Events
-// (ibv_req_notify_cq). solicitedOnly is accepted for API fidelity; goroce
-// raises the event for any completion, which verbs permits (a spurious
-// event is allowed, a missed one is not).
+// (ibv_req_notify_cq). With solicitedOnly, only the next solicited
+// completion (a received message whose last packet carried the BTH SE bit,
+// IBV_SEND_SOLICITED at the sender) or unsuccessful completion does, as
+// ibv_req_notify_cq(3) specifies. Arming again while armed keeps the wider
+// of the two requests, as rxe does.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.dead {
 		return ErrDestroyed
+	}
+	if !cq.armed {
+		cq.solOnly = solicitedOnly
+	} else if !solicitedOnly {
+		cq.solOnly = false
 	}
 	cq.armed = true
 	return nil

@@ -258,6 +258,11 @@ type Completion struct {
 	SLID         uint16
 	SL           uint8
 	DLIDPathBits uint8
+	// Solicited is set on a receive completion whose message carried the
+	// solicited event bit (BTH SE): what a CQ armed for solicited
+	// completions only waits for. Not a field of ibv_wc; rxe passes the
+	// same bit to rxe_cq_post.
+	Solicited bool
 }
 
 // Memory resolves memory keys for an engine. It is implemented by the

@@ -530,6 +530,7 @@ func (q *QP) rcSend(h bth.Header, oi *bth.OpInfo, pkt, payload []byte, psn bth.P
 		q.wc.InvRKey = rkey
 		q.wc.Flags |= WCWithInv
 	}
+	q.wc.Solicited = h.SE()
 	q.recvComplete(&q.wc)
 	return q.state != StateErr
 }
@@ -584,6 +585,7 @@ func (q *QP) rcWrite(h bth.Header, oi *bth.OpInfo, pkt, payload []byte, psn bth.
 	if oi.Has(bth.FlagImmDt) {
 		q.wc = Completion{WRID: r.wqe.ID, Status: StatusSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: r.wLen,
 			QPN: q.cfg.QPN, Flags: WCWithGRH | WCWithImm, Imm: bth.ImmDt(pkt[oi.ImmDt:]).Imm()}
+		q.wc.Solicited = h.SE()
 		q.recvComplete(&q.wc)
 		return q.state != StateErr
 	}
@@ -791,6 +793,7 @@ func (q *QP) ucRequest(h bth.Header, oi *bth.OpInfo, pkt, payload []byte) {
 			q.wc.Imm = bth.ImmDt(pkt[oi.ImmDt:]).Imm()
 			q.wc.Flags |= WCWithImm
 		}
+		q.wc.Solicited = h.SE()
 		q.recvComplete(&q.wc)
 		return
 	}
@@ -839,6 +842,7 @@ func (q *QP) ucRequest(h bth.Header, oi *bth.OpInfo, pkt, payload []byte) {
 	if oi.Has(bth.FlagImmDt) {
 		q.wc = Completion{WRID: r.wqe.ID, Status: StatusSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: r.wLen,
 			QPN: q.cfg.QPN, Flags: WCWithGRH | WCWithImm, Imm: bth.ImmDt(pkt[oi.ImmDt:]).Imm()}
+		q.wc.Solicited = h.SE()
 		q.recvComplete(&q.wc)
 	}
 }
@@ -892,5 +896,6 @@ func (q *QP) udRequest(h bth.Header, oi *bth.OpInfo, pkt, payload []byte, info *
 		q.wc.Imm = bth.ImmDt(pkt[oi.ImmDt:]).Imm()
 		q.wc.Flags |= WCWithImm
 	}
+	q.wc.Solicited = h.SE()
 	q.recvComplete(&q.wc)
 }
