@@ -50,5 +50,7 @@
 // it was opened in (Config.NetNS, or the calling thread's).
 //
 // This package imports the standard library, golang.org/x/sys/unix, and
-// goroce's wire, hca/link and hca/netcfg packages.
+// goroce's wire, hca/link, hca/link/internal/vnet (virtio_net_hdr, UDP GSO
+// segmentation and checksums, shared with the tun link) and hca/netcfg
+// packages.
 package afpacket

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/goroce/goroce/hca/link/internal/vnet"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -65,20 +66,20 @@ func TestGSOSegmentFields(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.segs != 3 {
-			t.Fatalf("v6=%v: %d segments, want 3", v6, l.segs)
+		if l.Segs != 3 {
+			t.Fatalf("v6=%v: %d segments, want 3", v6, l.Segs)
 		}
 		var joined []byte
 		out := make([]byte, 2048)
-		for s := range l.segs {
+		for s := range l.Segs {
 			n := gsoSegment(f, &l, 1000, s, out)
 			want := min(1000, 2500-1000*s)
-			if n != l.payload+want {
-				t.Fatalf("v6=%v segment %d: %d bytes, want %d", v6, s, n, l.payload+want)
+			if n != l.Payload+want {
+				t.Fatalf("v6=%v segment %d: %d bytes, want %d", v6, s, n, l.Payload+want)
 			}
 			g := out[:n]
 			src, dst := addrs(g, v6)
-			u := wire.UDP(g[l.udp:])
+			u := wire.UDP(g[l.UDP:])
 			if u.Length() != 8+want || !u.IsChecksumValid(src, dst) || u.Checksum() == 0 {
 				t.Fatalf("v6=%v segment %d: UDP length %d checksum %#x", v6, s, u.Length(), u.Checksum())
 			}
@@ -95,13 +96,13 @@ func TestGSOSegmentFields(t *testing.T) {
 			if !bytes.Equal(g[:ethHdr], f[:ethHdr]) {
 				t.Fatalf("segment %d: Ethernet header changed", s)
 			}
-			joined = append(joined, g[l.payload:]...)
+			joined = append(joined, g[l.Payload:]...)
 		}
 		if !bytes.Equal(joined, payload) {
 			t.Fatalf("v6=%v: segments do not add up to the payload", v6)
 		}
 		// A buffer one byte short gets nothing.
-		if n := gsoSegment(f, &l, 1000, 0, out[:l.payload+999]); n != 0 {
+		if n := gsoSegment(f, &l, 1000, 0, out[:l.Payload+999]); n != 0 {
 			t.Fatalf("short buffer: %d bytes written", n)
 		}
 	}
@@ -146,25 +147,25 @@ func TestFinishChecksum(t *testing.T) {
 		for _, size := range []int{0, 1, 77, 1024} {
 			payload := bytes.Repeat([]byte{0xA5, 0x17, 0x3C}, size)[:size]
 			f := superFrame(v6, payload, 0)
-			l := gsoLayout{ip: ethHdr, udp: ethHdr + 20, v6: v6}
+			l := gsoLayout{IP: ethHdr, UDP: ethHdr + 20, V6: v6}
 			if v6 {
-				l.udp = ethHdr + 40
+				l.UDP = ethHdr + 40
 			}
 			// The pseudo-header sum, as udp4_hwcsum/udp6_hwcsum_outgoing
 			// leave it for the device.
 			var s uint64
 			if v6 {
-				s = csumAdd(0, f[ethHdr+8:ethHdr+40])
+				s = vnet.Sum(0, f[ethHdr+8:ethHdr+40])
 			} else {
-				s = csumAdd(0, f[ethHdr+12:ethHdr+20])
+				s = vnet.Sum(0, f[ethHdr+12:ethHdr+20])
 			}
-			s += uint64(len(f)-l.udp) + 17
-			binary.BigEndian.PutUint16(f[l.udp+6:], csumFold(s))
-			if !finishChecksum(f, l.udp, 6) {
+			s += uint64(len(f)-l.UDP) + 17
+			binary.BigEndian.PutUint16(f[l.UDP+6:], vnet.Fold(s))
+			if !finishChecksum(f, l.UDP, 6) {
 				t.Fatal("finishChecksum refused good offsets")
 			}
 			src, dst := addrs(f, v6)
-			if u := wire.UDP(f[l.udp:]); !u.IsChecksumValid(src, dst) || u.Checksum() == 0 {
+			if u := wire.UDP(f[l.UDP:]); !u.IsChecksumValid(src, dst) || u.Checksum() == 0 {
 				t.Fatalf("v6=%v size %d: checksum %#x does not verify", v6, size, u.Checksum())
 			}
 		}
@@ -190,19 +191,19 @@ func FuzzGSOSegment(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if l.segs > 65536 {
-			t.Fatalf("%d segments", l.segs)
+		if l.Segs > 65536 {
+			t.Fatalf("%d segments", l.Segs)
 		}
-		out := make([]byte, l.payload+int(gso))
+		out := make([]byte, l.Payload+int(gso))
 		var joined []byte
-		for s := range l.segs {
+		for s := range l.Segs {
 			n := gsoSegment(frame, &l, int(gso), s, out)
-			if n <= l.payload || n > len(out) {
+			if n <= l.Payload || n > len(out) {
 				t.Fatalf("segment %d: %d bytes", s, n)
 			}
-			joined = append(joined, out[l.payload:n]...)
+			joined = append(joined, out[l.Payload:n]...)
 		}
-		if !bytes.Equal(joined, frame[l.payload:]) {
+		if !bytes.Equal(joined, frame[l.Payload:]) {
 			t.Fatal("segments do not add up to the payload")
 		}
 	})

@@ -259,7 +259,7 @@ func (r *rxState) deliverPending(bufs [][]byte, sizes []int, offset int) int {
 			e.st.rxGSO.Add(1)
 		}
 		k := gsoSegment(f, &r.lay, h.gsoSize, r.seg, out)
-		if r.seg++; r.seg == r.lay.segs {
+		if r.seg++; r.seg == r.lay.Segs {
 			r.pend, r.seg = r.pend+1, 0
 		}
 		if k == 0 {

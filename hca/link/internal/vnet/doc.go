@@ -14,6 +14,6 @@
 // ICRCIDCache on a frame length it has not seen.
 //
 // This package imports the standard library only. It is internal to
-// hca/link: the tun link uses it (afpacket keeps its own copy of the
-// receive half, gso.go, written first).
+// hca/link: the tun link uses all of it, the afpacket link the receive
+// half (header, segmentation, checksum finishing).
 package vnet
