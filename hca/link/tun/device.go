@@ -62,6 +62,10 @@ func openDevice(name string, mode Mode, offload bool) (fd int, ifname string, of
 	}
 	ifname = ifr.Name()
 	if !off.VnetHdr {
+		// Offloads are per device and outlive an fd: an attached device
+		// may have been left with USO on, and a reader without the header
+		// would get super-packets it cannot tell apart. Best effort.
+		_ = setOffload(fd, 0)
 		return fd, ifname, off, nil
 	}
 	// 10 is the default after TUNSETIFF; say it anyway, so a device an

@@ -16,6 +16,7 @@ import (
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/vnet"
 	"github.com/goroce/goroce/hca/link/linktest"
+	"github.com/goroce/goroce/hca/netcfg"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -443,4 +444,63 @@ func TestGSORefusedAtWrite(t *testing.T) {
 	if st := h.e.Stats(); st.TxGSO != 0 || st.TxErrors != 0 || st.TxFrames != 80 || st.RxFrames != 80 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// TestAttachLeavesNoOffloads: offloads are per device and outlive the fd,
+// so closing an attached endpoint turns them off again. A plain reader
+// attaching afterwards (no virtio-net header, no TUNSETOFFLOAD, like most
+// TUN users) must get segmented packets, not a super-packet it cannot
+// recognise.
+func TestAttachLeavesNoOffloads(t *testing.T) {
+	ns := newNS(t)
+	persistent(t, ns, "grotun0", TUN)
+	must(t, netcfg.SetUp(ns, "grotun0"))
+	must(t, netcfg.AddAddr(ns, "grotun0", pfx("10.71.9.1/24")))
+	e := openIn(t, ns, Config{Name: "grotun0", Addr: pfx("10.71.9.2/32"), Attach: true})
+	needUSO(t, e)
+	e.Close()
+	var fd int
+	err := ns.Do(func() (err error) {
+		fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		ifr, err := unix.NewIfreq("grotun0")
+		if err != nil {
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		return unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	payload := make([]byte, 5300)
+	buf := make([]byte, 65536)
+	// Until the kernel's linkwatch puts the real qdisc back (up to a
+	// second after the carrier came on), frames into the device are lost:
+	// send again until something arrives.
+	for try := 0; try < 30; try++ {
+		if err := ns.Do(func() error {
+			return sendGSO(netip.MustParseAddr("10.71.9.1"), netip.MustParseAddr("10.71.9.2"), payload, 1000)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(pfd, 100); n == 0 {
+			continue
+		}
+		for {
+			n, err := unix.Read(fd, buf)
+			if err != nil {
+				break
+			}
+			if n > 20+8+1000 {
+				t.Fatalf("a plain reader got a %d-byte packet: the device still offloads", n)
+			}
+		}
+		return
+	}
+	t.Fatal("nothing arrived in 3 s")
 }

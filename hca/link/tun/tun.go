@@ -339,6 +339,11 @@ func (e *Endpoint) HardwareAddr() net.HardwareAddr { return e.mac }
 func (e *Endpoint) Close() error {
 	e.once.Do(func() {
 		e.closed.Store(true)
+		if e.cfg.Attach && (e.off.Csum || e.off.USO4) {
+			// The device outlives us: leave it as a reader without a
+			// virtio-net header can use it.
+			_ = e.rc.Control(func(fd uintptr) { _ = setOffload(int(fd), 0) })
+		}
 		e.f.Close()
 	})
 	return nil
