@@ -320,7 +320,16 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) error {
 		}
 		q.pathOK = false
 	}
+	q.checkDrained() // an empty send queue is drained at once
 	return nil
+}
+
+// checkDrained raises SQ_DRAINED when the engine reports the send queue
+// drained after RTS -> SQD with en_sqd_async_notify; q.mu must be held.
+func (q *QP) checkDrained() {
+	if q.eng.TakeSQDrained() {
+		q.dev.raise(AsyncEvent{Type: EventSQDrained, QP: q})
+	}
 }
 
 func (q *QP) checkValues(attr *QPAttr, mask AttrMask) error {

@@ -449,6 +449,7 @@ func (rt *runtime) countDecodeError(err error) {
 func (s *shard) afterEngine(q *QP) {
 	s.schedule(q)
 	s.activate(q)
+	q.checkDrained()
 }
 
 // schedule pushes q's engine deadline into the timer heap when it changed;
@@ -523,6 +524,7 @@ func (s *shard) transmit(now transport.Time) {
 			}
 		}
 		s.schedule(q)
+		q.checkDrained() // UC and UD complete as they send
 		q.mu.Unlock()
 		if more {
 			keep = append(keep, q)

@@ -320,6 +320,10 @@ type Attr struct {
 	Timeout         uint8
 	RetryCnt        uint8
 	RNRRetry        uint8
+	// EnSQDAsyncNotify asks for the SQ_DRAINED event when the send queue
+	// has drained after RTS -> SQD (en_sqd_async_notify; see
+	// QP.TakeSQDrained).
+	EnSQDAsyncNotify bool
 }
 
 // AttrMask selects Attr fields (values as ibv_qp_attr_mask).

@@ -84,6 +84,8 @@ type QP struct {
 	timeout         Time // local ACK timeout, 0 = infinite
 	retryCnt        uint8
 	rnrRetry        uint8
+	sqdNotify       bool // en_sqd_async_notify
+	draining        bool // RTS -> SQD happened; SQ_DRAINED not yet reported
 
 	// Send queue: a ring of cfg.MaxSendWR slots, allocated on first post.
 	// Indices are free-running counters: [sqHead, sqTail) are posted and
@@ -144,6 +146,7 @@ func NewQP(cfg Config) (*QP, error) {
 // without completions, PSNs and MSN cleared. Buffers are kept for reuse.
 func (q *QP) reset() {
 	q.state = StateReset
+	q.sqdNotify, q.draining = false, false
 	q.pkey = bth.DefaultPKey
 	q.qkey = 0
 	q.access = 0
@@ -278,14 +281,39 @@ func (q *QP) Modify(now Time, attr *Attr, mask AttrMask) error {
 		q.rnrRetry = attr.RNRRetry
 		q.rnrLeft = attr.RNRRetry
 	}
+	if mask&AttrEnSQDAsyncNotify != 0 {
+		q.sqdNotify = attr.EnSQDAsyncNotify
+	}
 	if mask&AttrState != 0 {
 		if attr.State == StateErr {
 			q.enterErr()
 		} else {
+			if attr.State == StateSQD && q.state == StateRTS {
+				q.draining = true
+			}
 			q.state = attr.State
 		}
 	}
 	return nil
+}
+
+// TakeSQDrained reports, once per RTS -> SQD transition that asked for it
+// (EnSQDAsyncNotify), that the send queue has drained: every WQE started
+// before the transition has all its packets sent and has completed
+// (acknowledged, for RC), and SQD starts no new one. The caller raises
+// the SQ_DRAINED affiliated asynchronous event. Mirrors rxe_comp.c's
+// QP_STATE_DRAIN -> QP_STATE_DRAINED, which waits for comp.psn ==
+// req.psn; rxe raises the event whatever en_sqd_async_notify says, goroce
+// only when it was set, as ibv_modify_qp(3) specifies.
+func (q *QP) TakeSQDrained() bool {
+	if !q.draining || q.state != StateSQD {
+		return false
+	}
+	if q.sqHead != q.reqIdx || q.reqIdx < q.hiIdx || q.reqOff != 0 {
+		return false
+	}
+	q.draining = false
+	return q.sqdNotify
 }
 
 // PostSend queues a send work request, copying it.

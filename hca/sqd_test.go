@@ -1,0 +1,95 @@
+package hca_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/hca/link/memlink"
+	"github.com/goroce/goroce/transport"
+)
+
+func toSQD(t *testing.T, q *hca.QP, notify bool) {
+	t.Helper()
+	a := hca.QPAttr{}
+	a.State, a.EnSQDAsyncNotify = hca.StateSQD, notify
+	if err := q.Modify(&a, transport.AttrState|transport.AttrEnSQDAsyncNotify); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitEvent(t *testing.T, d *hca.Device) hca.AsyncEvent {
+	t.Helper()
+	select {
+	case e := <-d.Events():
+		return e
+	case <-time.After(20 * time.Second):
+		t.Fatal("no asynchronous event")
+	}
+	return hca.AsyncEvent{}
+}
+
+// RTS -> SQD with en_sqd_async_notify: the WQEs already started finish and
+// complete, no new one starts, then SQ_DRAINED; back in RTS the rest go.
+func TestSQDrainedEvent(t *testing.T) {
+	da, db := pair(t, memlink.Config{QueueLen: 4096})
+	a := newEnd(t, da, hca.RC, 1<<20, allAccess)
+	b := newEnd(t, db, hca.RC, 1<<20, allAccess)
+	connect(t, a, b, bth.MTU1024, 0, 0)
+
+	// An empty send queue is drained at once.
+	toSQD(t, a.qp, true)
+	if e := waitEvent(t, da); e.Type != hca.EventSQDrained || e.QP != a.qp {
+		t.Fatalf("event %v for QP %p, want SQ_DRAINED for %p", e.Type, e.QP, a.qp)
+	}
+	rts := hca.QPAttr{}
+	rts.State = hca.StateRTS
+	if err := a.qp.Modify(&rts, transport.AttrState); err != nil {
+		t.Fatal(err)
+	}
+
+	// 64 KiB WRITEs are 64 packets each: the 128-PSN window lets only a
+	// few start before SQD stops the requester.
+	const n = 40
+	for i := range n {
+		if err := a.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []hca.SGE{a.mr.SGE(0, 64<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toSQD(t, a.qp, true)
+	if e := waitEvent(t, da); e.Type != hca.EventSQDrained || e.QP != a.qp {
+		t.Fatalf("event %v, want SQ_DRAINED", e.Type)
+	}
+	done := a.cq.Len()
+	if done == 0 || done == n {
+		t.Fatalf("%d of %d WRs completed when the SQ drained; want some, not all", done, n)
+	}
+	if err := a.qp.Modify(&rts, transport.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+
+	// Without en_sqd_async_notify no event.
+	toSQD(t, a.qp, false)
+	if err := a.qp.Modify(&rts, transport.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(&hca.SendWR{ID: 99, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess {
+		t.Fatal(wc)
+	}
+	select {
+	case e := <-da.Events():
+		t.Errorf("unexpected event %v", e.Type)
+	default:
+	}
+}
