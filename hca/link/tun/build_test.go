@@ -5,6 +5,7 @@ package tun
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -66,62 +67,68 @@ func TestBuild(t *testing.T) {
 		{"IPv6 1 KiB: 62 fit 64 KiB", run(a6, b6, 64, 1024), []int{62, 2}},
 		{"single", run(a4, b4, 1, 4096), []int{-1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := &Endpoint{cfg: Config{BatchSize: 64}, format: link.FormatIP, off: allOffloads, mtu: 65535}
-			e.tx.init(e)
-			tx := &e.tx
-			tx.frames, tx.offset = tc.frames, 0
-			tx.build(true)
-			var got []int
-			fi := 0
-			for _, m := range tx.msgs[:tx.nmsg] {
-				var msg []byte
-				for _, v := range tx.iovs[m.iov : m.iov+m.niov] {
-					msg = append(msg, unsafe.Slice(v.Base, v.Len)...)
+		for _, offset := range []int{0, 5} {
+			t.Run(fmt.Sprintf("%s/offset=%d", tc.name, offset), func(t *testing.T) {
+				e := &Endpoint{cfg: Config{BatchSize: 64}, format: link.FormatIP, off: allOffloads, mtu: 65535}
+				e.tx.init(e)
+				tx := &e.tx
+				bufs := make([][]byte, len(tc.frames))
+				for i, f := range tc.frames {
+					bufs[i] = append(bytes.Repeat([]byte{0xEE}, offset), f...)
 				}
-				var h vnet.Hdr
-				h.Decode(msg)
-				pkt := msg[vnet.HdrLen:]
-				if !m.gso {
-					got = append(got, -1)
-					if h != (vnet.Hdr{}) || !bytes.Equal(pkt, tc.frames[fi]) {
-						t.Fatalf("frame %d not sent whole after a zero header", fi)
+				tx.frames, tx.offset = bufs, offset
+				tx.build(true)
+				var got []int
+				fi := 0
+				for _, m := range tx.msgs[:tx.nmsg] {
+					var msg []byte
+					for _, v := range tx.iovs[m.iov : m.iov+m.niov] {
+						msg = append(msg, unsafe.Slice(v.Base, v.Len)...)
 					}
-					fi++
-					continue
-				}
-				got = append(got, m.frames)
-				hl := int(h.HdrLen)
-				if !h.IsUDPL4() || h.Flags != vnet.FlagNeedsCsum || int(h.CsumStart) != hl-8 || h.CsumOffset != 6 {
-					t.Fatalf("header %+v", h)
-				}
-				if pkt[0]>>4 == 4 && vnet.Fold(vnet.Sum(0, pkt[:20])) != 0xFFFF {
-					t.Fatal("bad IPv4 header checksum on the super-packet")
-				}
-				// The partial UDP checksum is the pseudo-header sum.
-				if c := binary.BigEndian.Uint16(pkt[hl-2:]); c != vnet.Fold(vnet.PseudoSum(pkt, len(pkt)-hl+8)) {
-					t.Fatalf("UDP checksum field %#x is not the pseudo-header sum", c)
-				}
-				l, err := vnet.ParseUDPGSO(pkt, 0, int(h.GSOSize))
-				if err != nil || l.Segs != m.frames {
-					t.Fatalf("super-packet: %v, %d segments for %d frames", err, l.Segs, m.frames)
-				}
-				out := make([]byte, 9000)
-				for s := range l.Segs {
-					n := l.Segment(pkt, s, out)
-					var p wire.Packet
-					if err := p.Decode(out[:n], wire.FramingIP); err != nil {
-						t.Fatalf("segment %d: %v", s, err)
+					var h vnet.Hdr
+					h.Decode(msg)
+					pkt := msg[vnet.HdrLen:]
+					if !m.gso {
+						got = append(got, -1)
+						if h != (vnet.Hdr{}) || !bytes.Equal(pkt, tc.frames[fi]) {
+							t.Fatalf("frame %d not sent whole after a zero header", fi)
+						}
+						fi++
+						continue
 					}
-					if !linktest.Equivalent(out[:n], tc.frames[fi], link.FormatIP) {
-						t.Fatalf("segment %d differs from frame %d", s, fi)
+					got = append(got, m.frames)
+					hl := int(h.HdrLen)
+					if !h.IsUDPL4() || h.Flags != vnet.FlagNeedsCsum || int(h.CsumStart) != hl-8 || h.CsumOffset != 6 {
+						t.Fatalf("header %+v", h)
 					}
-					fi++
+					if pkt[0]>>4 == 4 && vnet.Fold(vnet.Sum(0, pkt[:20])) != 0xFFFF {
+						t.Fatal("bad IPv4 header checksum on the super-packet")
+					}
+					// The partial UDP checksum is the pseudo-header sum.
+					if c := binary.BigEndian.Uint16(pkt[hl-2:]); c != vnet.Fold(vnet.PseudoSum(pkt, len(pkt)-hl+8)) {
+						t.Fatalf("UDP checksum field %#x is not the pseudo-header sum", c)
+					}
+					l, err := vnet.ParseUDPGSO(pkt, 0, int(h.GSOSize))
+					if err != nil || l.Segs != m.frames {
+						t.Fatalf("super-packet: %v, %d segments for %d frames", err, l.Segs, m.frames)
+					}
+					out := make([]byte, 9000)
+					for s := range l.Segs {
+						n := l.Segment(pkt, s, out)
+						var p wire.Packet
+						if err := p.Decode(out[:n], wire.FramingIP); err != nil {
+							t.Fatalf("segment %d: %v", s, err)
+						}
+						if !linktest.Equivalent(out[:n], tc.frames[fi], link.FormatIP) {
+							t.Fatalf("segment %d differs from frame %d", s, fi)
+						}
+						fi++
+					}
 				}
-			}
-			if !slices.Equal(got, tc.want) || fi != len(tc.frames) {
-				t.Fatalf("messages %v, want %v (%d of %d frames)", got, tc.want, fi, len(tc.frames))
-			}
-		})
+				if !slices.Equal(got, tc.want) || fi != len(tc.frames) {
+					t.Fatalf("messages %v, want %v (%d of %d frames)", got, tc.want, fi, len(tc.frames))
+				}
+			})
+		}
 	}
 }
