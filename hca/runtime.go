@@ -358,10 +358,15 @@ func (r *reader) receive(n int, now transport.Time) *shard {
 	d := rt.d
 	var locked *QP
 	var ls *shard // locked shard
+	var bytes uint64
+	for i := range n {
+		bytes += uint64(r.sizes[i])
+	}
+	// Once per batch: readers of several shards share these counters.
+	d.Counters.RxFrames.Add(uint64(n))
+	d.Counters.RxBytes.Add(bytes)
 	for i := 0; i < n; i++ {
 		frame := r.bufs[i][rt.lhr : rt.lhr+r.sizes[i]]
-		d.Counters.RxFrames.Add(1)
-		d.Counters.RxBytes.Add(uint64(len(frame)))
 		p := &r.pkt
 		if err := p.Decode(frame, rt.framing); err != nil {
 			rt.countDecodeError(err)
@@ -579,10 +584,12 @@ func (s *shard) flush() {
 	d := rt.d
 	raceReleaseLink()
 	n, err := s.w.Write(s.txOut, rt.lhr)
-	d.Counters.TxFrames.Add(uint64(n))
+	var bytes int
 	for _, f := range s.txOut[:n] {
-		d.Counters.TxBytes.Add(uint64(len(f) - rt.lhr))
+		bytes += len(f) - rt.lhr
 	}
+	d.Counters.TxFrames.Add(uint64(n))
+	d.Counters.TxBytes.Add(uint64(bytes))
 	if err != nil {
 		// The transport retransmits what was lost; count and go on.
 		d.Counters.TxErrors.Add(uint64(len(s.txOut) - n))
