@@ -3,10 +3,11 @@
 // rkey table and its access checks), CQ (polling, blocking wait, completion
 // events), QP (the ibv_modify_qp state machine with attribute masks), SRQ
 // (with its limit event) and AH; and the goroutines that drive the
-// transport engines over a link.Endpoint: one reader that receives batches
-// and one worker that decodes, verifies the ICRC, demultiplexes by
-// destination QPN, feeds the engines, fires their timers and writes their
-// packets back in batches.
+// transport engines over a link.Endpoint: readers that receive batches,
+// decode them, verify the ICRC, demultiplex by destination QPN and feed the
+// engines, and per-shard workers that fire the engines' timers and write
+// their packets in batches. QPs are spread over shards by QPN so that they
+// run on several cores (runtime.go has the details; Options.Shards).
 //
 // Layering: hca imports transport, wire, bth and hca/link (the interface
 // only; backends are constructed by the caller). It never touches header

@@ -28,9 +28,10 @@ package hca
 // socket). When the link can also sort received packets by DestQP mod S
 // (link.RxQueuer: on the UDP link over IPv4, one raw socket per shard with
 // a BPF filter), each shard gets its own reader too, and the shards are
-// independent end to end; otherwise one reader feeds every shard. With one shard (a link without transmit queues, such as the pcap
-// tap, whose capture must keep the order of the wire) everything runs under
-// one lock, as rxe runs every QP's tasks. Lock order: a shard's lock before
+// independent end to end; otherwise one reader feeds every shard. With
+// one shard (a link without transmit queues, such as the pcap tap, whose
+// capture must keep the order of the wire) everything runs under one lock,
+// as rxe runs every QP's tasks. Lock order: a shard's lock before
 // a QP's lock; nobody holds two shard locks.
 //
 // There is no goroutine per QP and no channel operation per packet.
