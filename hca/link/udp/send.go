@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/internal/vnet"
 )
 
 // Send path, per Write:
@@ -24,7 +25,7 @@ import (
 //  3. For IPv4 GSO runs, segment s (s > 0) is sent as two iovecs: the
 //     caller's bytes up to the ICRC, then the ICRC for the IP ID the kernel
 //     will give it (0, 1, 2, ...), adjusted by CRC linearity rather than
-//     recomputed (icrcdelta.go); the caller's bytes are never written or
+//     recomputed (vnet.IDBasis); the caller's bytes are never written or
 //     copied.
 //  4. sendmmsg the messages, waiting in the netpoller when the socket
 //     buffer is full.
@@ -56,7 +57,7 @@ type txState struct {
 	scratch []byte // the ICRCs of IPv4 GSO segments 1..n for their IP IDs
 	frames  []int  // frames in message i
 	gso     []bool // message i is a GSO super-datagram
-	ids     idDeltaCache
+	ids     vnet.IDCache
 
 	// State of one sendmmsg round through RawConn.Write.
 	fn    func(fd uintptr) bool
@@ -272,10 +273,10 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 			// iovecs. The caller's bytes are never written (the HCA may be
 			// reading them concurrently, e.g. a retransmission queue) and
 			// never copied. The frame was checked to carry ID 0; the ICRC
-			// changes linearly with the ID (icrcdelta.go).
+			// changes linearly with the ID (vnet.IDBasis).
 			c := t.scratch[sc : sc+4]
 			sc += 4
-			icrc := binary.LittleEndian.Uint32(g[len(g)-4:]) ^ t.ids.get(len(g)).delta(uint16(s))
+			icrc := binary.LittleEndian.Uint32(g[len(g)-4:]) ^ t.ids.Get(len(g)).Delta(uint16(s))
 			binary.LittleEndian.PutUint32(c, icrc)
 			setIov(&t.iovs[iov], g[t.hdr:len(g)-4])
 			setIov(&t.iovs[iov+1], c)

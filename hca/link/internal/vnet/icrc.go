@@ -2,8 +2,9 @@ package vnet
 
 import "hash/crc32"
 
-// ICRC correction for a changed IPv4 identification (the udp link's
-// icrcdelta.go, reused for TUN super-packets).
+// ICRC correction for a changed IPv4 identification: the udp link's GSO
+// segments and the tun link's super-packets both get IDs from the kernel's
+// segmentation that the ICRC their frames were built with did not cover.
 //
 // The RoCEv2 ICRC is a CRC-32 over ff×8 ‖ masked IPv4 header ‖ UDP ‖ BTH ‖
 // rest, and a CRC is affine in its input: crc(X⊕D) = crc(X) ⊕ crc(D) ⊕
