@@ -14,36 +14,14 @@ func dropAll() []unix.SockFilter {
 	return []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
 }
 
-// acceptUDPTo accepts IPv4 UDP packets to addr:port and drops the rest.
+// acceptUDPTo accepts IPv4 UDP packets to addr:port and drops the rest:
+// the one-queue case of acceptUDPToQP.
 func acceptUDPTo(addr [4]byte, port uint16) []unix.SockFilter {
-	ip := uint32(addr[0])<<24 | uint32(addr[1])<<16 | uint32(addr[2])<<8 | uint32(addr[3])
-	const (
-		ldB  = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
-		ldH  = unix.BPF_LD | unix.BPF_H | unix.BPF_ABS
-		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		ldHI = unix.BPF_LD | unix.BPF_H | unix.BPF_IND
-		ldxM = unix.BPF_LDX | unix.BPF_B | unix.BPF_MSH
-		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-		ret  = unix.BPF_RET | unix.BPF_K
-	)
-	return []unix.SockFilter{
-		/* 0 */ {Code: ldB, K: 9}, // protocol
-		/* 1 */ {Code: jeq, K: unix.IPPROTO_UDP, Jt: 0, Jf: 8},
-		/* 2 */ {Code: ldW, K: 16}, // destination address
-		/* 3 */ {Code: jeq, K: ip, Jt: 0, Jf: 6},
-		/* 4 */ {Code: ldH, K: 6}, // flags + fragment offset
-		/* 5 */ {Code: jset, K: 0x1FFF, Jt: 4, Jf: 0}, // not the first fragment: no UDP header
-		/* 6 */ {Code: ldxM, K: 0}, // X = IHL*4
-		/* 7 */ {Code: ldHI, K: 2}, // UDP destination port
-		/* 8 */ {Code: jeq, K: uint32(port), Jt: 0, Jf: 1},
-		/* 9 */ {Code: ret, K: 0xFFFFFFFF},
-		/* 10 */ {Code: ret, K: 0},
-	}
+	return acceptUDPToQP(addr, port, 1, 0)
 }
 
-// acceptUDPToQP is acceptUDPTo that also requires the BTH's DestQP mod n
-// to be i (SplitRx). Packets too short to carry a BTH are accepted by
+// acceptUDPToQP accepts IPv4 UDP packets to addr:port (first fragments or
+// whole datagrams) whose BTH DestQP mod n is i, and drops the rest. Packets too short to carry a BTH are accepted by
 // residue 0 only, so that exactly one reader sees (and counts) them.
 func acceptUDPToQP(addr [4]byte, port uint16, n, i uint32) []unix.SockFilter {
 	ip := uint32(addr[0])<<24 | uint32(addr[1])<<16 | uint32(addr[2])<<8 | uint32(addr[3])
