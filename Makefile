@@ -41,7 +41,7 @@ test: fmt-check vet unit bench-smoke ## what CI runs: gofmt, vet, race tests, be
 ci: test ## alias for test
 
 # ---- interop: kernel rxe in a qemu VM (owned by interop/; see interop/README.md) ----------
-.PHONY: interop interop-smoke interop-image interop-down
+.PHONY: interop interop-smoke interop-image interop-down bench-vs-rxe
 interop: ## (root) whole rxe interop matrix in a qemu VM; prints the table; exit 0 pass, 1 fail, 2 harness, 3 some not run
 	interop/run.sh
 
@@ -53,4 +53,7 @@ interop-image: ## (root) build or refresh the cached interop VM image (interop/.
 
 interop-down: ## (root) power off the interop VM and delete netns goroce-interop
 	interop/down.sh
+
+bench-vs-rxe: ## (root) goroce vs kernel rxe in the same VM (its own VM goroce-bvr-vm): write/send/read_bw 64 KiB, send_lat 2 B, ratio table
+	interop/bench-vs-rxe.sh $(BVR_FLAGS)
 # ---- end interop ---------------------------------------------------------------------------

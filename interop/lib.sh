@@ -21,10 +21,15 @@ NET_PREFIX=${GOROCE_INTEROP_NET:-10.66.0}   # private /24 that exists only insid
 HOST_IP=$NET_PREFIX.1
 VM_IP=$NET_PREFIX.2
 VM_MAC=52:54:00:66:00:02
+BR_MAC=${GOROCE_INTEROP_BRIDGE_MAC:-02:66:00:66:00:01}  # the bridge keeps it when ports come and go
 VM_NAME=${GOROCE_INTEROP_VM_NAME:-goroce-interop-vm}  # qemu -name; down.sh checks it before signalling a pid
 VCPUS=${GOROCE_INTEROP_VCPUS:-2}
 MEM_MB=${GOROCE_INTEROP_MEM:-1024}
 MTU=${GOROCE_INTEROP_MTU:-1500}          # 9000 gives rxe0 an active_mtu of 4096
+# Extra guest kernel command line (up.sh appends it), e.g. "tsc=reliable": under TCG the guest
+# otherwise marks the TSC unstable and runs on the HPET, where every clock_gettime is an
+# emulated MMIO read (~17 us measured), which bench-vs-rxe.sh must avoid for Go's runtime.
+KERNEL_ARGS=${GOROCE_INTEROP_KERNEL_ARGS:-}
 AGENT_PORTS=4                            # virtio-serial ports = concurrent guest commands
 SUITE=${GOROCE_INTEROP_SUITE:-bookworm}
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}

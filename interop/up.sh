@@ -32,6 +32,10 @@ if ! netns_exists; then
   ip -n "$NETNS" link add "$BR" type bridge
   ip -n "$NETNS" addr add "$HOST_IP/24" dev "$BR"
 fi
+# A fixed bridge MAC: a Linux bridge without one takes the smallest MAC of its ports, so the
+# per-case gritap1 (random MAC) changed it, the guest's ARP entry for $HOST_IP went stale and
+# its TCP SYNs went to the old MAC for ~7 s (rc_pingpong_tap capture) until ARP recovered.
+ip -n "$NETNS" link set "$BR" address "$BR_MAC"
 ip -n "$NETNS" link set "$BR" mtu "$MTU" up
 ip -n "$NETNS" link del "$TAP" 2>/dev/null || true
 ip -n "$NETNS" tuntap add dev "$TAP" mode tap
@@ -49,7 +53,7 @@ args=(
   -name "$VM_NAME" -machine pc "${accel[@]}" -smp "$VCPUS" -m "$MEM_MB"
   -nodefaults -display none -no-reboot
   -kernel "$KERNEL" -initrd "$INITRD"
-  -append "console=ttyS0 quiet panic=-1 goroce.ip=$VM_IP/24 goroce.mtu=$MTU goroce.rxe=rxe0"
+  -append "console=ttyS0 quiet panic=-1 goroce.ip=$VM_IP/24 goroce.mtu=$MTU goroce.rxe=rxe0${KERNEL_ARGS:+ $KERNEL_ARGS}"
   -chardev "socket,id=ser0,path=$RUN/console.sock,server=on,wait=off,logfile=$RUN/console.log"
   -serial chardev:ser0
   -device virtio-serial-pci,id=vser0
