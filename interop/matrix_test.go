@@ -272,6 +272,10 @@ func TestScriptsAgreeWithMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	up, err := os.ReadFile("up.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
 	checks := []struct {
 		file []byte
 		re   string
@@ -280,6 +284,9 @@ func TestScriptsAgreeWithMatrix(t *testing.T) {
 		{lib, `BR=\$\{GOROCE_INTEROP_BRIDGE:-` + Bridge + `\}`},
 		{lib, `NET_PREFIX=\$\{GOROCE_INTEROP_NET:-10\.66\.0\}`},
 		{veth, `A=` + regexp.QuoteMeta(VethCliIP) + ` B=` + regexp.QuoteMeta(VethSrvIP)},
+		// the per-case gritap1 must not change the bridge's MAC under the guest's ARP entry
+		{up, `(?m)^ip -n "\$NETNS" link set "\$BR" address "\$BR_MAC"$`},
+		{lib, `(?m)^BR_MAC=\$\{GOROCE_INTEROP_BRIDGE_MAC:-02:[0-9a-f:]{14}\}`},
 	}
 	for _, c := range checks {
 		if !regexp.MustCompile(c.re).Match(c.file) {
