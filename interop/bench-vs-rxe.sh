@@ -173,8 +173,8 @@ vmx "$G teardown" >/dev/null 2>&1
         if (f[2] ~ /_bw$/) { tgt = ">= 2x"; met = (ratio != "-" && g >= 2 * r) }
         else if (f[4] == "t_typical") { tgt = "<= 1x"; met = (ratio != "-" && g <= r) }
         else { tgt = "(info)"; met = -1 }
-        st = met == 1 ? "met" : met == 0 ? "NOT met" : ""
-        printf "%-5s | %-8s | %-7s | %-17s | %10s | %10s | %10s | %s %s\n", (f[1] == 1500 ? 1024 : 4096), f[2], f[3] " B", f[4] (f[2] ~ /_bw$/ ? " MB/s" : " usec"), r, g, ratio, tgt, st
+        st = ratio == "-" ? "not measured" : met == 1 ? "met" : met == 0 ? "NOT met" : ""
+        printf "%-5s | %-8s | %-7s | %-17s | %10s | %10s | %10s | %s %s\n", (f[1] == 1500 ? 1024 : 4096), f[2], f[3] " B", f[4] (f[2] ~ /_bw$/ ? " MB/s" : " usec"), r == "" ? "-" : sprintf("%.2f", r), g == "" ? "-" : sprintf("%.2f", g), ratio, tgt, st
       }
     }' "$TSV"
   echo "commands (guest): see $RUNLOG ('# server:' / '# client:' lines); total $(( $(date +%s) - T0 )) s with boot"
