@@ -370,7 +370,8 @@ func (s *Session) opName() string {
 // and checking every status. Mirrors perftest's ibv_poll_cq loop, which
 // aborts the test on the first error completion.
 func (s *Session) poll(ctx context.Context, cq *hca.CQ) ([]hca.WC, error) {
-	for {
+	busy := s.dev.BusyPolling()
+	for spins := 1; ; spins++ {
 		n, err := cq.Poll(s.wcs)
 		if err != nil {
 			return nil, err
@@ -383,6 +384,19 @@ func (s *Session) poll(ctx context.Context, cq *hca.CQ) ([]hca.WC, error) {
 				}
 			}
 			return s.wcs[:n], nil
+		}
+		if busy {
+			// Spin as perftest does on ibv_poll_cq: each empty Poll
+			// receives in this goroutine. Yield now and then so that
+			// the device's own goroutines and the peer (in --loopback,
+			// the other side) get the CPU on small machines.
+			if spins%32 == 0 {
+				if err := ctx.Err(); err != nil {
+					return nil, fmt.Errorf("bench: waiting for completions: %w", err)
+				}
+				runtime.Gosched()
+			}
+			continue
 		}
 		if err := cq.Wait(ctx); err != nil {
 			return nil, fmt.Errorf("bench: waiting for completions: %w", err)

@@ -13,7 +13,8 @@ type WC = transport.Completion
 
 // CQ is a completion queue. Any goroutine may poll it; engines push into it.
 type CQ struct {
-	dev *Device
+	dev      *Device
+	busyPoll bool // Options.BusyPoll of dev
 
 	mu       sync.Mutex // protects the ring and notification state
 	ring     []WC
@@ -42,7 +43,7 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if len(d.cqs) >= d.attr.MaxCQ {
 		return nil, fmt.Errorf("%w: max_cq %d", ErrLimit, d.attr.MaxCQ)
 	}
-	cq := &CQ{dev: d, ring: make([]WC, cqe), avail: make(chan struct{}, 1), events: make(chan struct{}, 1)}
+	cq := &CQ{dev: d, busyPoll: d.opts.BusyPoll, ring: make([]WC, cqe), avail: make(chan struct{}, 1), events: make(chan struct{}, 1)}
 	d.cqs[cq] = struct{}{}
 	return cq, nil
 }
@@ -87,6 +88,16 @@ func (cq *CQ) Push(wc *WC) bool {
 // (ibv_poll_cq). After an overrun it returns the completions it holds and
 // ErrCQOverflow.
 func (cq *CQ) Poll(wcs []WC) (int, error) {
+	if cq.busyPoll && len(wcs) > 0 {
+		cq.mu.Lock()
+		empty := cq.n == 0 && !cq.dead
+		cq.mu.Unlock()
+		if empty {
+			// Options.BusyPoll: receive in this goroutine (not under
+			// cq.mu: processing pushes completions into this CQ).
+			cq.dev.rt.poll()
+		}
+	}
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	k := 0

@@ -76,13 +76,21 @@ type runtime struct {
 
 	shards  []*shard
 	readers []*reader
+
+	lastPoll atomic.Int64 // transport.Time of the last busy-poll round
 }
 
 // reader is one receive goroutine's state: the link (or one of its
 // receive queues, link.RxQueuer) it reads and what it decodes into.
 type reader struct {
-	rt    *runtime
-	r     link.Reader
+	rt     *runtime
+	r      link.Reader
+	poller link.Poller // r, when it can be read without blocking
+
+	// mu is held while a batch is read and processed, so that the reader
+	// goroutine and busy-polling callers take turns and packets are
+	// processed in the order the link delivered them.
+	mu    sync.Mutex
 	bufs  [][]byte
 	sizes []int
 	pkt   wire.Packet
@@ -134,6 +142,7 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 		d: d, ep: ep, framing: wire.Framing(ep.Format()), lhr: ep.Headroom(), batch: b,
 		done: make(chan struct{}), events: make(chan AsyncEvent, 64),
 	}
+	rt.lastPoll.Store(-int64(time.Hour)) // no poller yet
 	for i := range nShards {
 		var w link.Writer = ep
 		if i > 0 {
@@ -167,6 +176,7 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 	}
 	for _, l := range links {
 		r := &reader{rt: rt, r: l, bufs: make([][]byte, b), sizes: make([]int, b), fed: make([]*shard, 0, nShards)}
+		r.poller, _ = l.(link.Poller)
 		for i := range r.bufs {
 			r.bufs[i] = make([]byte, rt.lhr+frameSize)
 		}
@@ -226,7 +236,37 @@ func (r *reader) run() {
 	rt := r.rt
 	defer rt.wg.Done()
 	for {
-		n, err := r.r.Read(r.bufs, r.sizes, rt.lhr)
+		var n int
+		var err error
+		if r.poller != nil {
+			// Read and process under r.mu so that a busy-polling CQ
+			// (Options.BusyPoll) can take a turn; wait without it.
+			r.mu.Lock()
+			n, err = r.poller.TryRead(r.bufs, r.sizes, rt.lhr)
+			if n > 0 {
+				r.process(n)
+			}
+			r.mu.Unlock()
+			if err == nil && n == 0 {
+				if d := rt.pollerActive(); d > 0 {
+					// A busy-polling application is receiving for us:
+					// stay out of its way (no wake-up per packet) and
+					// look again when it may have stopped.
+					select {
+					case <-time.After(d):
+					case <-rt.done:
+						return
+					}
+					continue
+				}
+				err = r.poller.WaitRead()
+			}
+		} else {
+			n, err = r.r.Read(r.bufs, r.sizes, rt.lhr)
+			if err == nil {
+				r.process(n)
+			}
+		}
 		if err != nil {
 			if errors.Is(err, link.ErrClosed) {
 				return
@@ -238,24 +278,67 @@ func (r *reader) run() {
 			case <-rt.done:
 				return
 			}
+		}
+	}
+}
+
+// process feeds the n frames in r.bufs to their QPs and sends what they
+// answer.
+func (r *reader) process(n int) {
+	raceAcquireLink()
+	now := r.rt.d.now()
+	last := r.receive(n, now)
+	if last != nil {
+		// Still locked by receive: answer at once from this goroutine.
+		last.pump(now)
+		last.mu.Unlock()
+	}
+	for i, s := range r.fed {
+		if s != last {
+			s.ring()
+		}
+		r.fed[i] = nil
+	}
+	r.fed = r.fed[:0]
+}
+
+// pollerHandoff is how long after a busy-poll round the reader goroutines
+// leave the link to the poller.
+const pollerHandoff = time.Millisecond
+
+// pollerActive returns how long the reader goroutines should leave the link
+// to a busy-polling application that polled recently, or 0.
+func (rt *runtime) pollerActive() time.Duration {
+	if !rt.d.opts.BusyPoll {
+		return 0
+	}
+	since := time.Duration(int64(rt.d.now()) - rt.lastPoll.Load())
+	if since >= pollerHandoff {
+		return 0
+	}
+	return pollerHandoff - since
+}
+
+// poll is one busy-poll round (Options.BusyPoll): every reader whose link
+// can be read without blocking and that no other goroutine is using
+// receives and processes what is queued, in the caller's goroutine. It
+// reports whether anything was received.
+func (rt *runtime) poll() bool {
+	rt.lastPoll.Store(int64(rt.d.now()))
+	got := false
+	for _, r := range rt.readers {
+		if r.poller == nil || !r.mu.TryLock() {
 			continue
 		}
-		raceAcquireLink()
-		now := rt.d.now()
-		last := r.receive(n, now)
-		if last != nil {
-			// Still locked by receive: answer at once from this goroutine.
-			last.pump(now)
-			last.mu.Unlock()
+		n, err := r.poller.TryRead(r.bufs, r.sizes, rt.lhr)
+		if n > 0 {
+			r.process(n)
+			got = true
 		}
-		for i, s := range r.fed {
-			if s != last {
-				s.ring()
-			}
-			r.fed[i] = nil
-		}
-		r.fed = r.fed[:0]
+		r.mu.Unlock()
+		_ = err // the reader goroutine reports link errors
 	}
+	return got
 }
 
 func (s *shard) runWorker() {

@@ -178,6 +178,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if o.loopback && (ls.Addr.IsValid() || ls.Dev != "") {
 		return usageErr("--loopback chooses the addresses (127.0.0.1 and 127.0.0.2): no --addr or --dev")
 	}
+	// perftest spins on ibv_poll_cq; goroce bench spins on CQ.Poll, which
+	// then receives in the polling goroutine (no wake-up per message).
+	// Not with --loopback: both sides live in this process, and two
+	// spinners would take the cores from each other's device goroutines.
+	ls.busyPoll = !o.loopback
 
 	out := newBenchOutput(&o, stdout)
 	var rep *bench.Report

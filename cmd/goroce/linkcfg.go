@@ -111,6 +111,10 @@ type linkSettings struct {
 	AddrBits   int            // prefix length given with Addr; 0: none
 	KernelAddr netip.Prefix   // the kernel's address on a created device
 	Routes     []netip.Prefix // more prefixes routed into a created device
+
+	// busyPoll opens the HCA with hca.Options.BusyPoll (goroce bench,
+	// which spins on its CQs as perftest does); not a flag.
+	busyPoll bool
 }
 
 // linkFlags holds the link flags registered on a FlagSet.
@@ -642,7 +646,7 @@ func openDevice(s linkSettings, peer, name string) (*openedDevice, error) {
 		}
 		od.tap, od.capFile, ep = tap, f, tap
 	}
-	opts := hca.Options{Name: name, RoCEv1: s.Encap == encapRoCE1}
+	opts := hca.Options{Name: name, RoCEv1: s.Encap == encapRoCE1, BusyPoll: s.busyPoll}
 	if resolver != nil {
 		opts.Resolver = resolver
 	}

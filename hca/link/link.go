@@ -147,3 +147,19 @@ type Reader interface {
 type RxQueuer interface {
 	SplitRx(n int) ([]Reader, error)
 }
+
+// Poller is implemented by links (and receive queues) whose reception can
+// be driven without blocking, so that the HCA can busy-poll: an
+// application spinning on a CQ (hca.Options.BusyPoll) receives and
+// processes packets in its own goroutine instead of waiting for a reader
+// goroutine to be woken, which costs tens of microseconds on a loaded or
+// virtualized machine.
+type Poller interface {
+	// TryRead is Read that never waits: it returns (0, nil) when nothing
+	// is queued. Calls must not overlap one another or Read.
+	TryRead(bufs [][]byte, sizes []int, offset int) (n int, err error)
+	// WaitRead blocks until a frame may be readable, or returns ErrClosed.
+	// It consumes nothing and may run while another goroutine is in
+	// TryRead.
+	WaitRead() error
+}

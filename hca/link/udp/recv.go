@@ -50,10 +50,14 @@ type rxState struct {
 
 	pkt wire.Packet
 
-	fn    func(fd uintptr) bool
-	nmsg  int
-	n     int
-	errno unix.Errno
+	fn     func(fd uintptr) bool // recvmmsg, waiting in the netpoller on EAGAIN
+	tryFn  func(fd uintptr)      // recvmmsg once; again on EAGAIN
+	waitFn func(fd uintptr) bool // waits once for readability
+	again  bool
+	waits  int
+	nmsg   int
+	n      int
+	errno  unix.Errno
 }
 
 func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
@@ -67,6 +71,15 @@ func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
 		r.oob = make([]byte, n*oobSize)
 	}
 	r.fn = r.recv
+	r.tryFn = func(fd uintptr) {
+		if !r.recv(fd) {
+			r.again = true
+		}
+	}
+	r.waitFn = func(uintptr) bool {
+		r.waits++
+		return r.waits > 1 // the first call waits, the second returns
+	}
 }
 
 // Read receives up to len(bufs) IP packets (see link.Endpoint). A packet
@@ -75,8 +88,41 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return e.rx.Read(bufs, sizes, offset)
 }
 
+// TryRead is Read that never waits (link.Poller): (0, nil) when nothing
+// is queued.
+func (e *Endpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.rx.TryRead(bufs, sizes, offset)
+}
+
+// WaitRead blocks until the socket may hold a packet (link.Poller).
+func (e *Endpoint) WaitRead() error { return e.rx.WaitRead() }
+
 // Read receives through r (see Endpoint.Read).
 func (r *rxState) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return r.read(bufs, sizes, offset, true)
+}
+
+// TryRead receives through r without waiting (see Endpoint.TryRead).
+func (r *rxState) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return r.read(bufs, sizes, offset, false)
+}
+
+// WaitRead waits, in the netpoller, until r's socket may be readable. It
+// consumes nothing, so it may run while another goroutine calls TryRead
+// (the HCA serializes TryRead calls, not WaitRead).
+func (r *rxState) WaitRead() error {
+	e := r.e
+	if e.closed.Load() {
+		return link.ErrClosed
+	}
+	r.waits = 0
+	if err := r.rc.Read(r.waitFn); err != nil {
+		return e.closedErr(err)
+	}
+	return nil
+}
+
+func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, error) {
 	e := r.e
 	if e.closed.Load() {
 		return 0, link.ErrClosed
@@ -124,13 +170,21 @@ func (r *rxState) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				m.Hdr.SetControllen(oobSize)
 			}
 		}
-		r.n, r.errno = 0, 0
-		err := r.rc.Read(r.fn)
+		r.n, r.errno, r.again = 0, 0, false
+		var err error
+		if wait {
+			err = r.rc.Read(r.fn)
+		} else {
+			err = r.rc.Control(r.tryFn)
+		}
 		if r.direct {
 			clear(r.iovs[:r.nmsg])
 		}
 		if err != nil {
 			return 0, e.closedErr(err)
+		}
+		if r.again {
+			return 0, nil // TryRead: nothing queued
 		}
 		if r.errno != 0 {
 			if e.closed.Load() {

@@ -116,6 +116,8 @@ var (
 	_ link.SourcePorter = (*Endpoint)(nil)
 	_ link.TxQueuer     = (*Endpoint)(nil)
 	_ link.RxQueuer     = (*Endpoint)(nil)
+	_ link.Poller       = (*Endpoint)(nil)
+	_ link.Poller       = (*rxQueue)(nil)
 )
 
 // Open creates the sockets and binds them to cfg.Addr:cfg.Port.
