@@ -76,9 +76,12 @@ func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
 			r.again = true
 		}
 	}
-	r.waitFn = func(uintptr) bool {
+	r.waitFn = func(fd uintptr) bool {
+		// RawConn.Read has just reset the netpoller's readiness: a packet
+		// that arrived after the caller's last TryRead would not wake the
+		// wait, so look (without consuming) before waiting once.
 		r.waits++
-		return r.waits > 1 // the first call waits, the second returns
+		return r.waits > 1 || peek(fd)
 	}
 }
 
@@ -486,4 +489,12 @@ func (r *rxState) deliver6(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int
 		n++
 	}
 	return n
+}
+
+// peek reports whether a datagram is queued on fd, consuming nothing.
+func peek(fd uintptr) bool {
+	var b [1]byte
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+	return errno != unix.EAGAIN
 }
