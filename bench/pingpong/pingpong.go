@@ -23,8 +23,10 @@ const (
 	DefaultUDSize  = 2048 // ud_pingpong
 	DefaultIters   = 1000
 	DefaultRxDepth = 500
-	DefaultMTU     = bth.MTU1024
-	UDQKey         = bth.QKey(0x11111111)
+	// maxSlotBytes bounds the receive slots of an SRQ session (see New).
+	maxSlotBytes = 64 << 20
+	DefaultMTU   = bth.MTU1024
+	UDQKey       = bth.QKey(0x11111111)
 	// GRHRoom is what a UD receive buffer reserves for the GRH.
 	GRHRoom = 40
 )
@@ -113,7 +115,9 @@ type Session struct {
 	recvOff  int    // offset of slot 0 in buf
 	slotSize int    // size, or size+GRHRoom for UD
 	slots    int
-	nextSlot int
+	nextSlot int   // round-robin slot use (no free list)
+	free     []int // free-list slot use: slots not posted; a slot is posted again only after its check
+	poison   bool  // checked slots are poisoned, so a message that never arrived cannot pass
 	recvSGL  [1]hca.SGE
 	sendSGL  [1]hca.SGE
 
@@ -156,10 +160,29 @@ func New(dev *hca.Device, cfg Config) (s *Session, err error) {
 	if cfg.Type == hca.UD {
 		s.slotSize += GRHRoom
 	}
-	// One slot per receive that can be in flight at once (one per QP,
-	// the tools being lock-step) plus one, so the slot being checked is
-	// never the one the next message lands in.
-	s.slots = nqp + 1
+	// A single QP's receives complete in order, one message in flight (the
+	// tools are lock-step): two slots used round-robin suffice, and the
+	// slot being checked is never the one the next message lands in. With
+	// an SRQ they do not: one QP's message can still be in flight (a
+	// retransmission, or simply another core) while the other QPs go
+	// through any number of receives, so a round-robin slot could take two
+	// messages at once. Then every posted receive gets its own slot, reused
+	// only after its message has been checked, as long as that fits in
+	// maxSlotBytes; beyond, the slots are shared round-robin (as the C
+	// tool shares one buffer) and not poisoned: every message carries the
+	// same bytes, so sharing is harmless, but a stale slot would pass.
+	s.slots, s.poison = nqp+1, true
+	if cfg.SRQ > 0 {
+		if cfg.RxDepth*s.slotSize <= maxSlotBytes {
+			s.slots = cfg.RxDepth
+			s.free = make([]int, s.slots)
+			for i := range s.free {
+				s.free[i] = s.slots - 1 - i // popped 0, 1, 2, ...
+			}
+		} else {
+			s.poison = false
+		}
+	}
 	s.buf = make([]byte, cfg.Size+s.slots*s.slotSize)
 	s.sendBuf = s.buf[:cfg.Size:cfg.Size]
 	s.recvOff = cfg.Size
@@ -412,7 +435,14 @@ func (s *Session) connect(remote []exchange.PingpongDest) error {
 func (s *Session) postRecv(n int) int {
 	for i := range n {
 		slot := s.nextSlot
-		s.nextSlot = (s.nextSlot + 1) % s.slots
+		if s.free != nil {
+			if len(s.free) == 0 {
+				return i
+			}
+			slot, s.free = s.free[len(s.free)-1], s.free[:len(s.free)-1]
+		} else {
+			s.nextSlot = (s.nextSlot + 1) % s.slots
+		}
 		s.recvSGL[0] = s.mr.SGE(s.recvOff+slot*s.slotSize, s.slotSize)
 		wr := hca.RecvWR{ID: uint64(slot)<<8 | recvWRID, SGL: s.recvSGL[:]}
 		var err error
@@ -631,8 +661,13 @@ func (s *Session) checkRecv(wc *hca.WC, n int) error {
 			return mismatch(n, msg, s.ref, "the client's first message")
 		}
 	}
-	for i := range b {
-		b[i] = poison
+	if s.poison {
+		for i := range b {
+			b[i] = poison
+		}
+	}
+	if s.free != nil {
+		s.free = append(s.free, slot)
 	}
 	return nil
 }
