@@ -129,7 +129,10 @@ type Options struct {
 	// it reports nothing. An application that spins on Poll, as perftest
 	// spins on ibv_poll_cq, then needs no goroutine wake-up per message:
 	// the difference between ~20 and ~200 µs per message on a virtual
-	// machine. It costs a system call per empty Poll; leave it off for
+	// machine. It costs a system call per empty Poll, and the device's
+	// reader goroutines stand aside while Poll is being called (they
+	// take over again 1 ms after the last Poll, so a CQ.Wait right after
+	// spinning may see its completion that much later); leave it off for
 	// applications that block in CQ.Wait.
 	BusyPoll bool
 }
