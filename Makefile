@@ -33,8 +33,8 @@ fuzz-smoke: ## run every fuzz target for a short time
 bench: ## all Go benchmarks with allocation counts
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
-bench-smoke: ## every benchmark once (CI smoke)
-	$(GO) test -run='^$$' -bench=. -benchtime=1x $(PKGS)
+bench-smoke: ## every benchmark once under the race detector (CI smoke: a benchmark's helper goroutines are checked too)
+	$(GO) test -race -run='^$$' -bench=. -benchtime=1x $(PKGS)
 
 test: fmt-check vet unit bench-smoke ## what CI runs: gofmt, vet, race tests, benchmark smoke
 
