@@ -58,6 +58,12 @@ type rxState struct {
 	nmsg   int
 	n      int
 	errno  unix.Errno
+
+	// msgs[:ready] are set up (iovec, name and control pointers); msgs
+	// [:lensOK] had their name and control lengths set (IPv6), and the
+	// kernel has rewritten those of msgs[:dirty] since. A busy poll's empty
+	// TryRead then costs no loop over the batch before its system call.
+	ready, lensOK, dirty int
 }
 
 func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
@@ -144,10 +150,8 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 				r.own = make([][]byte, e.cfg.BatchSize)
 				for i := range r.own {
 					r.own[i] = make([]byte, maxDatagram)
+					setIov(&r.iovs[i], r.own[i]) // for good
 				}
-			}
-			for i := range r.own {
-				setIov(&r.iovs[i], r.own[i])
 			}
 			r.nmsg = len(r.own)
 		} else {
@@ -161,18 +165,7 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 			}
 			r.nmsg = k
 		}
-		for i := range r.nmsg {
-			m := &r.msgs[i]
-			*m = unix.Mmsghdr{}
-			m.Hdr.Iov = &r.iovs[i]
-			m.Hdr.SetIovlen(1)
-			if e.is6 {
-				m.Hdr.Name = (*byte)(unsafe.Pointer(&r.sa6[i]))
-				m.Hdr.Namelen = unix.SizeofSockaddrInet6
-				m.Hdr.Control = &r.oob[i*oobSize]
-				m.Hdr.SetControllen(oobSize)
-			}
-		}
+		r.prepareMsgs()
 		r.n, r.errno, r.again = 0, 0, false
 		var err error
 		if wait {
@@ -189,6 +182,7 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 		if r.again {
 			return 0, nil // TryRead: nothing queued
 		}
+		r.dirty = r.n
 		if r.errno != 0 {
 			if e.closed.Load() {
 				return 0, link.ErrClosed
@@ -204,6 +198,41 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 		}
 		r.got, r.cur, r.seg, r.segSize = r.n, 0, 0, 0
 	}
+}
+
+// prepareMsgs readies r.msgs[:r.nmsg] for recvmmsg. Each message's iovec
+// (r.iovs[i]: set by the caller), name and control pointers never change,
+// so they are set once; of the fields the kernel writes, only the name and
+// control lengths are also inputs, and only in the messages it filled.
+func (r *rxState) prepareMsgs() {
+	is6 := r.e.is6
+	for i := r.ready; i < r.nmsg; i++ {
+		m := &r.msgs[i]
+		*m = unix.Mmsghdr{}
+		m.Hdr.Iov = &r.iovs[i]
+		m.Hdr.SetIovlen(1)
+		if is6 {
+			m.Hdr.Name = (*byte)(unsafe.Pointer(&r.sa6[i]))
+			m.Hdr.Control = &r.oob[i*oobSize]
+		}
+	}
+	r.ready = max(r.ready, r.nmsg)
+	if is6 {
+		setLens := func(from, to int) {
+			for i := from; i < to; i++ {
+				m := &r.msgs[i]
+				m.Hdr.Namelen = unix.SizeofSockaddrInet6
+				m.Hdr.SetControllen(oobSize)
+			}
+		}
+		setLens(0, min(r.dirty, r.nmsg))
+		if r.dirty > r.nmsg {
+			r.lensOK = r.nmsg // msgs[nmsg:dirty] are stale
+		}
+		setLens(r.lensOK, r.nmsg)
+		r.lensOK = max(r.lensOK, r.nmsg)
+	}
+	r.dirty = 0
 }
 
 // recv is the RawConn.Read callback.

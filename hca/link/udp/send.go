@@ -359,6 +359,7 @@ func (t *txState) sendAll(nmsg int) (int, error) {
 func (t *txState) send(fd uintptr) bool {
 	for t.next < t.nmsg {
 		n, errno := mmsg(unix.SYS_SENDMMSG, fd, t.msgs[t.next:t.nmsg], 0)
+		t.e.st.txCalls.Add(1)
 		switch errno {
 		case 0:
 			t.next += n

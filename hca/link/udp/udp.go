@@ -55,6 +55,7 @@ type Config struct {
 // Stats are the endpoint's counters.
 type Stats struct {
 	TxFrames      uint64 // frames handed to the kernel
+	TxCalls       uint64 // sendmmsg system calls that sent them
 	TxGSOBatches  uint64 // UDP GSO super-datagrams sent
 	TxGSOSegments uint64 // frames sent inside them
 	TxICRCPatched uint64 // GSO segments whose ICRC was recomputed for the kernel's IP ID
@@ -70,8 +71,8 @@ type Stats struct {
 }
 
 type counters struct {
-	txFrames, txGSOBatches, txGSOSegments, txICRCPatched, txRejected, txErrors, gsoDisabled atomic.Uint64
-	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress                         atomic.Uint64
+	txFrames, txCalls, txGSOBatches, txGSOSegments, txICRCPatched, txRejected, txErrors, gsoDisabled atomic.Uint64
+	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress                                  atomic.Uint64
 }
 
 // Errors.
@@ -337,7 +338,7 @@ func (e *Endpoint) closeFiles() {
 func (e *Endpoint) Stats() Stats {
 	c := &e.st
 	return Stats{
-		TxFrames: c.txFrames.Load(), TxGSOBatches: c.txGSOBatches.Load(), TxGSOSegments: c.txGSOSegments.Load(),
+		TxFrames: c.txFrames.Load(), TxCalls: c.txCalls.Load(), TxGSOBatches: c.txGSOBatches.Load(), TxGSOSegments: c.txGSOSegments.Load(),
 		TxICRCPatched: c.txICRCPatched.Load(), TxRejected: c.txRejected.Load(), TxErrors: c.txErrors.Load(),
 		GSODisabled: c.gsoDisabled.Load(),
 		RxFrames:    c.rxFrames.Load(), RxAggregates: c.rxAggregates.Load(), RxTooLarge: c.rxTooLarge.Load(),
