@@ -3,6 +3,8 @@ package hca_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -17,6 +19,12 @@ import (
 
 // udpDevices opens two devices on the udp link in a fresh namespace.
 func udpDevices(t *testing.T, opts hca.Options) (*hca.Device, *hca.Device) {
+	t.Helper()
+	return udpDevicesWith(t, opts, opts)
+}
+
+// udpDevicesWith is udpDevices with options for each device.
+func udpDevicesWith(t *testing.T, oa, ob hca.Options) (*hca.Device, *hca.Device) {
 	t.Helper()
 	netcfg.SkipUnlessRoot(t)
 	ns, err := netcfg.NewNetNS("")
@@ -35,7 +43,6 @@ func udpDevices(t *testing.T, opts hca.Options) (*hca.Device, *hca.Device) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	oa, ob := opts, opts
 	oa.Name, ob.Name = "bpa", "bpb"
 	da, err := hca.Open(ea, oa)
 	if err != nil {
@@ -134,5 +141,139 @@ func TestBusyPollingNeedsAPoller(t *testing.T) {
 	defer d.Close()
 	if d.BusyPolling() {
 		t.Error("memlink device claims to busy-poll")
+	}
+}
+
+// Busy polling defers what a poll round's packets make a QP send (here the
+// ACK of each received SEND) to the poller's next PostSend or Poll, so the
+// ACK and the application's answer leave in one sendmmsg: a send_lat-style
+// ping-pong, each side in its own goroutine, costs the answering side about
+// one system call per message instead of two. Data and order are checked.
+func TestBusyPollCoalescesACKWithAnswer(t *testing.T) {
+	for _, shards := range []int{1, 2} {
+		da, db := udpDevices(t, hca.Options{BusyPoll: true, Shards: shards})
+		a := newEnd(t, da, hca.RC, 4096, allAccess)
+		b := newEnd(t, db, hca.RC, 4096, allAccess)
+		connect(t, a, b, bth.MTU1024, 100, 200)
+		const iters = 2000
+		// pingpong posts a receive, then (if first) sends; then for every
+		// message it spins for the receive, checks it, reposts and answers.
+		pingpong := func(e *end, first bool) error {
+			var wc [4]hca.WC
+			post := func(i int) error {
+				return e.qp.PostRecv(&hca.RecvWR{ID: uint64(i), SGL: []hca.SGE{e.mr.SGE(2048, 64)}})
+			}
+			send := func(i int) error {
+				binary.BigEndian.PutUint32(e.buf[:4], uint32(i))
+				return e.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRSend, Flags: transport.SendSignaled,
+					SGL: []hca.SGE{e.mr.SGE(0, 4)}})
+			}
+			if err := post(0); err != nil {
+				return err
+			}
+			if first {
+				if err := send(0); err != nil {
+					return err
+				}
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for i := 0; i < iters; {
+				n, err := e.cq.Poll(wc[:])
+				if err != nil {
+					return err
+				}
+				for _, c := range wc[:n] {
+					if c.Status != transport.StatusSuccess {
+						return fmt.Errorf("completion %+v", c)
+					}
+					if c.Opcode != transport.WCRecv {
+						continue
+					}
+					if got := binary.BigEndian.Uint32(e.buf[2048:]); c.WRID != uint64(i) || got != uint32(i) {
+						return fmt.Errorf("receive %d: WR %d carries %d", i, c.WRID, got)
+					}
+					i++
+					if err := post(i); err != nil {
+						return err
+					}
+					if first && i == iters {
+						break
+					}
+					if err := send(i - 1 + b2i(first)); err != nil {
+						return err
+					}
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("stuck at message %d", i)
+				}
+			}
+			return nil
+		}
+		ep := db.Link().(*udp.Endpoint)
+		tx0 := ep.Stats()
+		errc := make(chan error, 1)
+		go func() { errc <- pingpong(b, false) }()
+		if err := pingpong(a, true); err != nil {
+			t.Fatalf("shards %d: a: %v", shards, err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatalf("shards %d: b: %v", shards, err)
+		}
+		calls := ep.Stats().TxCalls - tx0.TxCalls
+		t.Logf("shards %d: %d messages answered with %d sendmmsg calls", shards, iters, calls)
+		// Without deferring, every ACK is a call of its own: 2 per message.
+		if calls > iters*3/2 {
+			t.Errorf("shards %d: %d sendmmsg calls for %d answered messages; want the ACK and the answer in one (about %d)",
+				shards, calls, iters, iters)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// What a busy-poll round deferred still leaves when the poller stops
+// polling: B spins until it has A's SEND, then never polls again, and A's
+// SEND completes from B's ACK (sent by B's deferral timer once the polling
+// stopped), not from a retransmission. A neither busy-polls nor waits (a
+// CQ.Wait would flush every device's deferrals): it sleeps until its CQ
+// has the completion.
+func TestBusyPollDeferredACKWithoutPolling(t *testing.T) {
+	rcTimeout = 17 // 537 ms: the ACK must come long before
+	defer func() { rcTimeout = 14 }()
+	da, db := udpDevicesWith(t, hca.Options{Shards: 1}, hca.Options{BusyPoll: true, Shards: 1})
+	a := newEnd(t, da, hca.RC, 4096, allAccess)
+	b := newEnd(t, db, hca.RC, 4096, allAccess)
+	connect(t, a, b, bth.MTU1024, 1, 2)
+	for i := range 20 {
+		if err := b.qp.PostRecv(&hca.RecvWR{ID: uint64(i), SGL: []hca.SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRSend, Flags: transport.SendSignaled,
+			SGL: []hca.SGE{a.mr.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := spinWC(t, b.cq); wc.Status != transport.StatusSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+		// B stops polling; A sleeps.
+		deadline := time.Now().Add(20 * time.Second)
+		for a.cq.Len() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("send %d: no completion", i)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		var wc [1]hca.WC
+		if n, err := a.cq.Poll(wc[:]); n != 1 || err != nil || wc[0].Status != transport.StatusSuccess || wc[0].WRID != uint64(i) {
+			t.Fatalf("send %d: %d %v %+v", i, n, err, wc[0])
+		}
+	}
+	if st := a.qp.Stats(); st.RetryTimeouts != 0 {
+		t.Errorf("A timed out %d times waiting for deferred ACKs", st.RetryTimeouts)
 	}
 }

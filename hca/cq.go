@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/transport"
 )
@@ -14,7 +15,8 @@ type WC = transport.Completion
 // CQ is a completion queue. Any goroutine may poll it; engines push into it.
 type CQ struct {
 	dev      *Device
-	busyPoll bool // Options.BusyPoll of dev
+	busyPoll bool          // Options.BusyPoll of dev
+	readers  atomic.Uint64 // busy polling reads these receive queues (runtime.readerBit of the CQ's QPs)
 
 	mu       sync.Mutex // protects the ring and notification state
 	ring     []WC
@@ -94,8 +96,15 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 		cq.mu.Unlock()
 		if empty {
 			// Options.BusyPoll: receive in this goroutine (not under
-			// cq.mu: processing pushes completions into this CQ).
-			cq.dev.rt.poll()
+			// cq.mu: processing pushes completions into this CQ), from
+			// the receive queues of this CQ's QPs.
+			cq.dev.rt.poll(cq.readers.Load())
+		} else {
+			// Not this device's deferrals: the caller is about to react
+			// to these completions (perftest's send_lat polls its send
+			// completion before it answers), and its answer should
+			// carry them.
+			flushAllDeferred(cq.dev.rt, false)
 		}
 	}
 	cq.mu.Lock()
@@ -126,6 +135,10 @@ func (cq *CQ) Len() int {
 // Wait blocks until the CQ holds at least one completion, ctx is done, or
 // the CQ is destroyed.
 func (cq *CQ) Wait(ctx context.Context) error {
+	if cq.busyPoll {
+		// Whoever waits does not poll: send what polling deferred.
+		flushAllDeferred(nil, false)
+	}
 	for {
 		cq.mu.Lock()
 		n, dead := cq.n, cq.dead

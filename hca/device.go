@@ -129,9 +129,19 @@ type Options struct {
 	// it reports nothing. An application that spins on Poll, as perftest
 	// spins on ibv_poll_cq, then needs no goroutine wake-up per message:
 	// the difference between ~20 and ~200 µs per message on a virtual
-	// machine. It costs a system call per empty Poll, and the device's
-	// reader goroutines stand aside while Poll is being called (they
-	// take over again 1 ms after the last Poll, so a CQ.Wait right after
+	// machine. Poll reads only the receive queues of the CQ's QPs.
+	//
+	// What a polled packet makes a QP send (the ACK of a received SEND,
+	// requests an ACK let through) is deferred until the application's
+	// next PostSend, Poll or Wait on any busy-polling device of the
+	// process, so that the ACK and the application's answer to the message
+	// leave in one sendmmsg after the completion was handed over (rxe,
+	// too, completes a receive before it acknowledges it); if none comes,
+	// a timer sends it within 2 ms.
+	//
+	// It costs a system call per empty Poll, and the device's reader
+	// goroutines stand aside while Poll is being called (they take over
+	// again within 2 ms of the last Poll, so a CQ.Wait right after
 	// spinning may see its completion that much later); leave it off for
 	// applications that block in CQ.Wait.
 	BusyPoll bool

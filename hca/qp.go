@@ -185,6 +185,9 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 	qpn := d.allocQPN()
 	q.qpn = bth.QPN(qpn)
 	q.shard = d.rt.shardOf(qpn)
+	bit := d.rt.readerBit(q.shard)
+	ia.SendCQ.readers.Or(bit)
+	ia.RecvCQ.readers.Or(bit)
 	eng, err := transport.NewQP(transport.Config{
 		Type: ia.Type, QPN: q.qpn, PD: pd.id,
 		MaxSendWR: c.MaxSendWR, MaxSendSGE: c.MaxSendSGE, MaxRecvSGE: maxRecvSGE,

@@ -77,7 +77,10 @@ type runtime struct {
 	shards  []*shard
 	readers []*reader
 
-	lastPoll atomic.Int64 // transport.Time of the last busy-poll round
+	// anyDeferred is set when some shard's deferred flag may be set: the
+	// busy-poll path checks it with one load. deferredAt is when it was.
+	anyDeferred atomic.Bool
+	deferredAt  atomic.Int64
 }
 
 // reader is one receive goroutine's state: the link (or one of its
@@ -96,6 +99,11 @@ type reader struct {
 	pkt   wire.Packet
 	info  transport.RxInfo
 	fed   []*shard // shards the current batch fed, in order
+
+	// polled counts busy-poll rounds that read this queue; seen is its
+	// value when the reader goroutine last looked (reader goroutine only).
+	polled atomic.Uint64
+	seen   uint64
 }
 
 // shard is one transmit context: a lock, the QPs with work, their timers,
@@ -119,6 +127,20 @@ type shard struct {
 	txBuf  [][]byte       // backing buffers
 	txOut  [][]byte       // frames of the current batch (views into txBuf)
 	ahAddr wire.Addr
+
+	// deferred is set (under mu) when a busy-poll round fed the shard and
+	// left what its QPs now have to send (an ACK, a window's worth of
+	// requests) to the poller's next PostSend, Poll or Wait, so that the
+	// ACK of a message and the application's answer to it leave in one
+	// sendmmsg, after the completion was handed over, as rxe completes a
+	// receive before it acknowledges it. Any pump clears it; the reader
+	// goroutines flush it when the polling stops, and deferTimer, which
+	// fires deferLimit after the latest deferral, wakes the worker if
+	// nobody did (an application that stops polling, with every P busy
+	// elsewhere, cannot count on the reader goroutines being run).
+	deferred   atomic.Bool
+	deferTimer *time.Timer
+	deferDue   atomic.Int64 // transport.Time at which deferTimer fires
 }
 
 // shardCount is how many shards a device on ep runs for Options.Shards n.
@@ -142,7 +164,6 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 		d: d, ep: ep, framing: wire.Framing(ep.Format()), lhr: ep.Headroom(), batch: b,
 		done: make(chan struct{}), events: make(chan AsyncEvent, 64),
 	}
-	rt.lastPoll.Store(-int64(time.Hour)) // no poller yet
 	for i := range nShards {
 		var w link.Writer = ep
 		if i > 0 {
@@ -152,6 +173,8 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 			}
 		}
 		s := &shard{rt: rt, w: w, bell: make(chan struct{}, 1), armed: transport.Never}
+		s.deferTimer = time.AfterFunc(time.Hour, s.deferTimeout)
+		s.deferTimer.Stop()
 		s.txBuf = make([][]byte, b)
 		for i := range s.txBuf {
 			s.txBuf[i] = make([]byte, rt.lhr+headroom+frameSize)
@@ -191,6 +214,9 @@ func (rt *runtime) shardOf(qpn uint32) *shard {
 }
 
 func (rt *runtime) start() {
+	if rt.d.opts.BusyPoll {
+		registerBusyPoller(rt, true)
+	}
 	rt.wg.Add(len(rt.readers) + len(rt.shards))
 	for _, r := range rt.readers {
 		go r.run()
@@ -201,7 +227,14 @@ func (rt *runtime) start() {
 }
 
 func (rt *runtime) stop() error {
+	if rt.d.opts.BusyPoll {
+		registerBusyPoller(rt, false)
+		rt.flushDeferred() // keep deferring.n balanced
+	}
 	close(rt.done)
+	for _, s := range rt.shards {
+		s.deferTimer.Stop()
+	}
 	err := rt.ep.Close()
 	rt.wg.Wait()
 	return err
@@ -244,27 +277,33 @@ func (r *reader) run() {
 			r.mu.Lock()
 			n, err = r.poller.TryRead(r.bufs, r.sizes, rt.lhr)
 			if n > 0 {
-				r.process(n)
+				r.process(n, false)
 			}
 			r.mu.Unlock()
-			if err == nil && n == 0 {
-				if d := rt.pollerActive(); d > 0 {
-					// A busy-polling application is receiving for us:
-					// stay out of its way (no wake-up per packet) and
-					// look again when it may have stopped.
+			if err == nil && n == 0 && rt.d.opts.BusyPoll {
+				if p := r.polled.Load(); p != r.seen {
+					// A busy-polling application is receiving from this
+					// queue: stay out of its way (no wake-up per packet)
+					// and look again when it may have stopped.
+					r.seen = p
 					select {
-					case <-time.After(d):
+					case <-time.After(pollerHandoff):
 					case <-rt.done:
 						return
 					}
 					continue
 				}
+			}
+			if err == nil && n == 0 {
+				// Polling stopped (or never started): send what the last
+				// rounds left deferred before blocking.
+				rt.flushDeferred()
 				err = r.poller.WaitRead()
 			}
 		} else {
 			n, err = r.r.Read(r.bufs, r.sizes, rt.lhr)
 			if err == nil {
-				r.process(n)
+				r.process(n, false)
 			}
 		}
 		if err != nil {
@@ -283,62 +322,184 @@ func (r *reader) run() {
 }
 
 // process feeds the n frames in r.bufs to their QPs and sends what they
-// answer.
-func (r *reader) process(n int) {
+// answer, or with deferred (a busy-poll round) leaves that to the poller
+// (shard.deferred).
+func (r *reader) process(n int, deferred bool) {
 	raceAcquireLink()
-	now := r.rt.d.now()
+	rt := r.rt
+	now := rt.d.now()
 	last := r.receive(n, now)
 	if last != nil {
-		// Still locked by receive: answer at once from this goroutine.
-		last.pump(now)
+		// Still locked by receive.
+		if deferred {
+			last.deferUntil(now)
+		} else {
+			// Answer at once from this goroutine.
+			last.pump(now)
+		}
 		last.mu.Unlock()
 	}
 	for i, s := range r.fed {
 		if s != last {
-			s.ring()
+			if deferred {
+				s.deferUntil(now)
+			} else {
+				s.ring()
+			}
 		}
 		r.fed[i] = nil
 	}
 	r.fed = r.fed[:0]
+	if deferred && last != nil && rt.anyDeferred.CompareAndSwap(false, true) {
+		rt.deferredAt.Store(int64(now))
+		deferring.n.Add(1)
+	}
 }
 
-// pollerHandoff is how long after a busy-poll round the reader goroutines
-// leave the link to the poller.
-const pollerHandoff = time.Millisecond
-
-// pollerActive returns how long the reader goroutines should leave the link
-// to a busy-polling application that polled recently, or 0.
-func (rt *runtime) pollerActive() time.Duration {
-	if !rt.d.opts.BusyPoll {
-		return 0
-	}
-	since := time.Duration(int64(rt.d.now()) - rt.lastPoll.Load())
-	if since >= pollerHandoff {
-		return 0
-	}
-	return pollerHandoff - since
+// deferring lists the busy-polling runtimes of the process, so that a Poll
+// on any device also sends what polling deferred on the others once it is
+// crossFlushAge old: a goroutine that spins on one device's CQ waiting for
+// an answer that another device it polled before owes an ACK for would
+// otherwise wait for deferLimit. (Younger deferrals are left alone: the
+// other device's own poller is probably about to answer.)
+var deferring struct {
+	n   atomic.Int64 // runtimes with anyDeferred set
+	mu  sync.Mutex   // serializes updates of all
+	all atomic.Pointer[[]*runtime]
 }
 
-// poll is one busy-poll round (Options.BusyPoll): every reader whose link
-// can be read without blocking and that no other goroutine is using
-// receives and processes what is queued, in the caller's goroutine. It
-// reports whether anything was received.
-func (rt *runtime) poll() bool {
-	rt.lastPoll.Store(int64(rt.d.now()))
-	got := false
-	for _, r := range rt.readers {
-		if r.poller == nil || !r.mu.TryLock() {
+func registerBusyPoller(rt *runtime, add bool) {
+	deferring.mu.Lock()
+	defer deferring.mu.Unlock()
+	var next []*runtime
+	if p := deferring.all.Load(); p != nil {
+		for _, x := range *p {
+			if x != rt {
+				next = append(next, x)
+			}
+		}
+	}
+	if add {
+		next = append(next, rt)
+	}
+	deferring.all.Store(&next)
+}
+
+// crossFlushAge is how old a deferral must be before a Poll on another
+// device sends it.
+const crossFlushAge = 50 * time.Microsecond
+
+// flushAllDeferred flushes the deferred shards of every busy-polling
+// runtime (self nil), or those of self (with withSelf) and of the others
+// whose deferral is crossFlushAge old.
+func flushAllDeferred(self *runtime, withSelf bool) {
+	if deferring.n.Load() <= 0 {
+		return
+	}
+	for _, rt := range *deferring.all.Load() {
+		if !rt.anyDeferred.Load() {
 			continue
 		}
+		if self != nil {
+			if rt == self && !withSelf {
+				continue
+			}
+			if rt != self && time.Duration(int64(rt.d.now())-rt.deferredAt.Load()) < crossFlushAge {
+				continue
+			}
+		}
+		rt.flushDeferred()
+	}
+}
+
+// deferLimit bounds how long a busy-poll round's deferral (shard.deferred)
+// lasts when the poller neither posts nor polls again.
+const deferLimit = 2 * time.Millisecond
+
+// deferUntil marks s deferred and makes sure deferTimer fires no earlier
+// than deferLimit/2 after now: the timer is reset at most once per
+// deferLimit/2, not per message.
+func (s *shard) deferUntil(now transport.Time) {
+	s.deferred.Store(true)
+	if due := transport.Time(s.deferDue.Load()); now+transport.Time(deferLimit/2) > due {
+		s.deferDue.Store(int64(now + transport.Time(deferLimit)))
+		s.deferTimer.Reset(deferLimit)
+	}
+}
+
+// deferTimeout runs in its own goroutine when deferTimer fires.
+func (s *shard) deferTimeout() {
+	if s.deferred.Load() {
+		s.ring()
+	}
+}
+
+// pollerHandoff is how long a reader goroutine that found a busy poller
+// reading its queue leaves the queue to it before it looks again; it
+// takes over at most twice this long after the last Poll.
+const pollerHandoff = time.Millisecond
+
+// allReaders is the reader mask that polls every receive queue.
+const allReaders = ^uint64(0)
+
+// readerBit is the bit of reader mask poll reads for a QP on shard s: with
+// one receive queue per shard (link.RxQueuer) reader i receives exactly
+// shard i's packets, so a CQ needs to poll only its QPs' queues.
+func (rt *runtime) readerBit(s *shard) uint64 {
+	if len(rt.readers) == 1 {
+		return 1
+	}
+	for i, x := range rt.shards {
+		if x == s && i < 64 {
+			return 1 << i
+		}
+	}
+	return allReaders
+}
+
+// poll is one busy-poll round (Options.BusyPoll): it first sends what
+// earlier rounds deferred, then every reader in mask whose link can be read
+// without blocking and that no other goroutine is using receives and
+// processes what is queued, in the caller's goroutine, deferring the
+// answers. It reports whether anything was received.
+func (rt *runtime) poll(mask uint64) bool {
+	flushAllDeferred(rt, true)
+	got := false
+	for i, r := range rt.readers {
+		if r.poller == nil || (i < 64 && mask&(1<<i) == 0) || !r.mu.TryLock() {
+			continue
+		}
+		r.polled.Add(1)
 		n, err := r.poller.TryRead(r.bufs, r.sizes, rt.lhr)
 		if n > 0 {
-			r.process(n)
+			r.process(n, true)
 			got = true
 		}
 		r.mu.Unlock()
 		_ = err // the reader goroutine reports link errors
 	}
 	return got
+}
+
+// flushDeferred pumps every shard a busy-poll round left deferred (or, if
+// its lock is taken, wakes its worker).
+func (rt *runtime) flushDeferred() {
+	if !rt.anyDeferred.Load() || !rt.anyDeferred.CompareAndSwap(true, false) {
+		return
+	}
+	deferring.n.Add(-1)
+	for _, s := range rt.shards {
+		if !s.deferred.Load() {
+			continue
+		}
+		if s.mu.TryLock() {
+			s.pump(rt.d.now())
+			s.mu.Unlock()
+		} else {
+			s.deferred.Store(false)
+			s.ring()
+		}
+	}
 }
 
 func (s *shard) runWorker() {
@@ -372,6 +533,9 @@ func (s *shard) runWorker() {
 // worker when work remains or when the earliest deadline moved before the
 // worker's timer.
 func (s *shard) pump(now transport.Time) {
+	if s.deferred.Load() {
+		s.deferred.Store(false)
+	}
 	s.drainBell()
 	s.fireTimers(now)
 	s.transmit(now)
