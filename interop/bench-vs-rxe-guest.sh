@@ -9,7 +9,9 @@
 #                                          one server+client run, sequentially:
 #                                          STACK rxe:    ib_MODE -d rxev2 (server), -d rxev1 10.99.0.2
 #                                          STACK goroce: goroce bench MODE in netns bvrb 10.98.0.2
-#                                                        (server) and bvra 10.98.0.1 (client)
+#                                                        (server) and bvra 10.98.0.1 (client),
+#                                                        --link $BVR_LINK (udp, or afpacket on
+#                                                        vb/va)
 #   bench-vs-rxe-guest.sh teardown
 #
 # Paths.  rxe: the interop overlay's rxe-veth-pair, vp1 10.99.0.1 rxev1 <== veth ==> vp2
@@ -75,8 +77,13 @@ run() {
       ccmd="timeout $TMO ib_$mode -d rxev1 -x $g1 $* 10.99.0.2" ;;
     goroce)
       srvns=bvrb
-      scmd="ip netns exec bvrb timeout $TMO $GOROCE bench $mode $* --link udp --addr 10.98.0.2"
-      ccmd="ip netns exec bvra timeout $TMO $GOROCE bench $mode $* --link udp --addr 10.98.0.1 10.98.0.2" ;;
+      case ${BVR_LINK:-udp} in
+        udp) slink="--link udp" clink="--link udp" ;;
+        afpacket) slink="--link afpacket --dev vb" clink="--link afpacket --dev va" ;;
+        *) die "BVR_LINK: udp or afpacket" ;;
+      esac
+      scmd="ip netns exec bvrb timeout $TMO $GOROCE bench $mode $* $slink --addr 10.98.0.2"
+      ccmd="ip netns exec bvra timeout $TMO $GOROCE bench $mode $* $clink --addr 10.98.0.1 10.98.0.2" ;;
     *) die "unknown stack $stack" ;;
   esac
   i=0
