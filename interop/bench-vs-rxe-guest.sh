@@ -11,7 +11,7 @@
 #                                          STACK goroce: goroce bench MODE in netns bvrb 10.98.0.2
 #                                                        (server) and bvra 10.98.0.1 (client),
 #                                                        --link $BVR_LINK (udp, or afpacket on
-#                                                        vb/va)
+#                                                        vb/va) and $BVR_GOROCE_FLAGS
 #   bench-vs-rxe-guest.sh teardown
 #
 # Paths.  rxe: the interop overlay's rxe-veth-pair, vp1 10.99.0.1 rxev1 <== veth ==> vp2
@@ -82,8 +82,9 @@ run() {
         afpacket) slink="--link afpacket --dev vb" clink="--link afpacket --dev va" ;;
         *) die "BVR_LINK: udp or afpacket" ;;
       esac
-      scmd="ip netns exec bvrb timeout $TMO $GOROCE bench $mode $* $slink --addr 10.98.0.2"
-      ccmd="ip netns exec bvra timeout $TMO $GOROCE bench $mode $* $clink --addr 10.98.0.1 10.98.0.2" ;;
+      gx=${BVR_GOROCE_FLAGS:-}
+      scmd="ip netns exec bvrb timeout $TMO $GOROCE bench $mode $* $slink $gx --addr 10.98.0.2"
+      ccmd="ip netns exec bvra timeout $TMO $GOROCE bench $mode $* $clink $gx --addr 10.98.0.1 10.98.0.2" ;;
     *) die "unknown stack $stack" ;;
   esac
   i=0

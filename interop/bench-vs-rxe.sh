@@ -2,7 +2,7 @@
 # bench-vs-rxe.sh - goroce against kernel rxe on the same VM, same vCPUs, same kind of path.
 #
 #   interop/bench-vs-rxe.sh [-n ITERS | -D SECS] [-l ITERS] [-r REPS] [-m LINKMTU[,LINKMTU]]
-#                           [-M MODE[,MODE]] [-L udp|afpacket] [-c tsc|hpet] [-e K=V]... [-k] [-w]
+#                           [-M MODE[,MODE]] [-L udp|afpacket] [-G FLAGS] [-c tsc|hpet] [-e K=V]... [-k] [-w]
 #
 # Boots its own interop VM (netns goroce-bvr, bridge grbvr0, tap grbvrtap0, 10.67.0.0/24,
 # qemu -name goroce-bvr-vm, state in .cache/run-bvr, 9p share .cache/share-bvr), so it never
@@ -21,6 +21,7 @@
 # -l ITERS of send_lat (2000); -r REPS (3); -m link MTUs (1500; "1500,9000" adds IB MTU 4096);
 # -M the modes to run (write_bw,send_bw,read_bw,send_lat); -L goroce's link (udp: a UDP socket,
 # as rxe's; afpacket: a packet socket on the same veth, frames leave without the IP/UDP stack);
+# -G FLAGS more goroce bench flags (e.g. --busy-poll=false);
 # -c guest clocksource: tsc (default; boots with tsc=reliable) or hpet (what TCG picks by
 # itself: every clock_gettime is then an emulated HPET read, ~17 us, which the Go runtime does
 # constantly and perftest/rxe hardly); -e K=V sets K=V for both stacks' processes (GOMAXPROCS=1,
@@ -40,12 +41,12 @@ export GOROCE_INTEROP_NETNS=goroce-bvr GOROCE_INTEROP_BRIDGE=grbvr0 GOROCE_INTER
 . "$IOP/lib.sh"
 
 DUR= BW_ITERS=500 LAT_ITERS=2000 REPS=3 MTUS=1500 CLOCK=tsc KEEP=0 ENVS=() WORKTREE=0
-MODES=write_bw,send_bw,read_bw,send_lat GLINK=udp
-while getopts "n:D:l:r:m:M:L:c:e:kwh" o; do
+MODES=write_bw,send_bw,read_bw,send_lat GLINK=udp GFLAGS=
+while getopts "n:D:l:r:m:M:L:G:c:e:kwh" o; do
   case $o in
     n) BW_ITERS=$OPTARG ;; D) DUR=$OPTARG ;; l) LAT_ITERS=$OPTARG ;; r) REPS=$OPTARG ;;
-    m) MTUS=$OPTARG ;; M) MODES=$OPTARG ;; L) GLINK=$OPTARG ;; c) CLOCK=$OPTARG ;; e) ENVS+=(-e "$OPTARG") ;; k) KEEP=1 ;; w) WORKTREE=1 ;;
-    *) sed -n '2,30p' "$0"; exit 2 ;;
+    m) MTUS=$OPTARG ;; M) MODES=$OPTARG ;; L) GLINK=$OPTARG ;; G) GFLAGS=$OPTARG ;; c) CLOCK=$OPTARG ;; e) ENVS+=(-e "$OPTARG") ;; k) KEEP=1 ;; w) WORKTREE=1 ;;
+    *) sed -n '2,31p' "$0"; exit 2 ;;
   esac
 done
 case $CLOCK in
@@ -110,7 +111,7 @@ log "guest clocksource: $GUEST_CLOCK"
 # prints the client's output.
 bench() {
   local out rc
-  out=$("$AGENT_BIN" exec -d "$RUN" "${ENVS[@]}" -e BVR_LINK="$GLINK" -- "timeout 150 $G run $*" 2>&1); rc=$?
+  out=$("$AGENT_BIN" exec -d "$RUN" "${ENVS[@]}" -e BVR_LINK="$GLINK" -e BVR_GOROCE_FLAGS="$GFLAGS" -- "timeout 150 $G run $*" 2>&1); rc=$?
   { echo "=== $(date +%T) run $* (exit $rc)${ENVS[*]:+ env ${ENVS[*]}}"; echo "$out"; } >> "$RUNLOG"
   printf '%s\n' "$out" | grep -v '^server| '
   return $rc
@@ -154,7 +155,7 @@ vmx "$G teardown" >/dev/null 2>&1
 
 # 4. The table: median over the repetitions per (mtu, mode, metric, stack).
 {
-  echo "goroce vs kernel rxe, same VM ($(cat "$RUN/accel" 2>/dev/null || echo ?), $VCPUS vCPU, clocksource $GUEST_CLOCK, host load $LOAD0 -> $(cut -d' ' -f1-3 /proc/loadavg)), veth at the same MTU, goroce $REV --link $GLINK${ENVS[*]:+, env ${ENVS[*]}}"
+  echo "goroce vs kernel rxe, same VM ($(cat "$RUN/accel" 2>/dev/null || echo ?), $VCPUS vCPU, clocksource $GUEST_CLOCK, host load $LOAD0 -> $(cut -d' ' -f1-3 /proc/loadavg)), veth at the same MTU, goroce $REV --link $GLINK${GFLAGS:+ $GFLAGS}${ENVS[*]:+, env ${ENVS[*]}}"
   echo "bw: $BWRUN per run; send_lat: -n $LAT_ITERS; median of $REPS alternating runs; MB/s = 2^20 B/s as perftest prints"
   awk -F'\t' '
     NR == 1 { next }

@@ -32,6 +32,7 @@ type benchOpts struct {
 	port     int
 	devName  string
 	loopback bool
+	busyPoll bool
 	json     bool
 	csv      bool
 	plot     string
@@ -66,6 +67,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&o.timeout, "u", bench.DefaultTimeout, "local ACK timeout code (4.096 us * 2^`N`)")
 	fs.StringVar(&o.devName, "d", "", "HCA `NAME` (default goroce0)")
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process on 127.0.0.1 (server) and 127.0.0.2 (client) over the udp link")
+	fs.BoolVar(&o.busyPoll, "busy-poll", true, "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq (goroce extension; never with --loopback; --busy-poll=false blocks instead)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.csv, "csv", false, "print the results as CSV")
 	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
@@ -182,7 +184,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// then receives in the polling goroutine (no wake-up per message).
 	// Not with --loopback: both sides live in this process, and two
 	// spinners would take the cores from each other's device goroutines.
-	ls.busyPoll = !o.loopback
+	ls.busyPoll = o.busyPoll && !o.loopback
 
 	out := newBenchOutput(&o, stdout)
 	var rep *bench.Report

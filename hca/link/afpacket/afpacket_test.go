@@ -212,3 +212,11 @@ func TestReadTruncated(t *testing.T) {
 		t.Fatalf("stats %+v, want 2 too large and 3 delivered", st)
 	}
 }
+
+// link.Poller (linktest.Poller): what busy polling (hca.Options.BusyPoll)
+// reads through.
+func TestPoller(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	a, b, _ := openPair(t, netcfg.TwoHostsOptions{})
+	linktest.Poller(t, a, b)
+}

@@ -22,6 +22,8 @@
 //   - recvmmsg and sendmmsg move a whole batch per system call, straight
 //     between the kernel and the caller's buffers; the socket is
 //     non-blocking and waits in the Go netpoller, so Close unblocks Read.
+//     TryRead and WaitRead (link.Poller) let a busy-polling HCA
+//     (hca.Options.BusyPoll) receive in the goroutine that polls its CQ.
 //   - PACKET_VNET_HDR puts a struct virtio_net_hdr before every frame.
 //     Veths, bridges and TAPs pass GSO skbs through unsegmented, so a
 //     kernel UDP sender with UDP_SEGMENT (the udp link, rdma_rxe does not)

@@ -52,10 +52,14 @@ type rxState struct {
 	flen           []int
 	lay            gsoLayout // layout of message pend when it is GSO (seg > 0)
 
-	fn    func(fd uintptr) bool
-	nmsg  int
-	n     int
-	errno unix.Errno
+	fn     func(fd uintptr) bool // recvmmsg, waiting in the netpoller on EAGAIN
+	tryFn  func(fd uintptr)      // recvmmsg once; again on EAGAIN
+	waitFn func(fd uintptr) bool // waits once for readability
+	again  bool
+	waits  int
+	nmsg   int
+	n      int
+	errno  unix.Errno
 }
 
 func (r *rxState) init(e *Endpoint) {
@@ -66,6 +70,26 @@ func (r *rxState) init(e *Endpoint) {
 	r.vnet = make([]byte, vnetHdrLen*n)
 	r.flen = make([]int, n)
 	r.fn = r.recv
+	r.tryFn = func(fd uintptr) {
+		if !r.recv(fd) {
+			r.again = true
+		}
+	}
+	r.waitFn = func(fd uintptr) bool {
+		// RawConn.Read has just reset the netpoller's readiness: a frame
+		// that arrived after the caller's last TryRead would not wake the
+		// wait, so look (without consuming) before waiting once.
+		r.waits++
+		return r.waits > 1 || peek(fd)
+	}
+}
+
+// peek reports whether a frame is queued on fd, without consuming it.
+func peek(fd uintptr) bool {
+	var b [1]byte
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+	return errno != unix.EAGAIN
 }
 
 func setIov(v *unix.Iovec, b []byte) {
@@ -77,6 +101,30 @@ func setIov(v *unix.Iovec, b []byte) {
 // and counted in RxTooLarge; a UDP GSO frame is split into its segments,
 // which may be spread over several Reads.
 func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.read(bufs, sizes, offset, true)
+}
+
+// TryRead is Read that never waits (link.Poller): (0, nil) when nothing is
+// queued.
+func (e *Endpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.read(bufs, sizes, offset, false)
+}
+
+// WaitRead blocks, in the netpoller, until the socket may hold a frame
+// (link.Poller). It consumes nothing, so it may run while another goroutine
+// calls TryRead.
+func (e *Endpoint) WaitRead() error {
+	if e.closed.Load() {
+		return link.ErrClosed
+	}
+	e.rx.waits = 0
+	if err := e.rc.Read(e.rx.waitFn); err != nil {
+		return e.closedErr(err)
+	}
+	return nil
+}
+
+func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, error) {
 	if e.closed.Load() {
 		return 0, link.ErrClosed
 	}
@@ -117,13 +165,21 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			m.Hdr.Iov = &v[0]
 			m.Hdr.SetIovlen(3)
 		}
-		r.nmsg, r.n, r.errno = k, 0, 0
-		err := e.rc.Read(r.fn)
+		r.nmsg, r.n, r.errno, r.again = k, 0, 0, false
+		var err error
+		if wait {
+			err = e.rc.Read(r.fn)
+		} else {
+			err = e.rc.Control(r.tryFn)
+		}
 		for i := range k {
 			r.iovs[3*i+1] = unix.Iovec{} // do not keep the caller's buffers reachable
 		}
 		if err != nil {
 			return 0, e.closedErr(err)
+		}
+		if r.again {
+			return 0, nil // TryRead: nothing queued
 		}
 		if r.errno != 0 {
 			if e.closed.Load() {
