@@ -229,7 +229,7 @@ func (rt *runtime) start() {
 func (rt *runtime) stop() error {
 	if rt.d.opts.BusyPoll {
 		registerBusyPoller(rt, false)
-		rt.flushDeferred() // keep deferring.n balanced
+		rt.flushDeferred(false) // keep deferring.n balanced
 	}
 	close(rt.done)
 	for _, s := range rt.shards {
@@ -251,7 +251,10 @@ func (rt *runtime) kick(q *QP) {
 		s.bellMu.Unlock()
 	}
 	if s.mu.TryLock() {
-		s.pump(rt.d.now())
+		// With busy polling the caller is (most likely) the poller: what
+		// this round leaves over is for its next Poll, not for a worker
+		// woken per round.
+		s.pump(rt.d.now(), rt.d.opts.BusyPoll)
 		s.mu.Unlock()
 		return
 	}
@@ -297,7 +300,7 @@ func (r *reader) run() {
 			if err == nil && n == 0 {
 				// Polling stopped (or never started): send what the last
 				// rounds left deferred before blocking.
-				rt.flushDeferred()
+				rt.flushDeferred(false)
 				err = r.poller.WaitRead()
 			}
 		} else {
@@ -335,7 +338,7 @@ func (r *reader) process(n int, deferred bool) {
 			last.deferUntil(now)
 		} else {
 			// Answer at once from this goroutine.
-			last.pump(now)
+			last.pump(now, false)
 		}
 		last.mu.Unlock()
 	}
@@ -350,7 +353,14 @@ func (r *reader) process(n int, deferred bool) {
 		r.fed[i] = nil
 	}
 	r.fed = r.fed[:0]
-	if deferred && last != nil && rt.anyDeferred.CompareAndSwap(false, true) {
+	if deferred && last != nil {
+		rt.markDeferred(now)
+	}
+}
+
+// markDeferred records that some shard of rt was deferred at now.
+func (rt *runtime) markDeferred(now transport.Time) {
+	if !rt.anyDeferred.Load() && rt.anyDeferred.CompareAndSwap(false, true) {
 		rt.deferredAt.Store(int64(now))
 		deferring.n.Add(1)
 	}
@@ -408,7 +418,7 @@ func flushAllDeferred(self *runtime, withSelf bool) {
 				continue
 			}
 		}
-		rt.flushDeferred()
+		rt.flushDeferred(self != nil)
 	}
 }
 
@@ -482,8 +492,9 @@ func (rt *runtime) poll(mask uint64) bool {
 }
 
 // flushDeferred pumps every shard a busy-poll round left deferred (or, if
-// its lock is taken, wakes its worker).
-func (rt *runtime) flushDeferred() {
+// its lock is taken, wakes its worker); polled says the caller is a poller
+// (see pump).
+func (rt *runtime) flushDeferred(polled bool) {
 	if !rt.anyDeferred.Load() || !rt.anyDeferred.CompareAndSwap(true, false) {
 		return
 	}
@@ -493,7 +504,7 @@ func (rt *runtime) flushDeferred() {
 			continue
 		}
 		if s.mu.TryLock() {
-			s.pump(rt.d.now())
+			s.pump(rt.d.now(), polled)
 			s.mu.Unlock()
 		} else {
 			s.deferred.Store(false)
@@ -516,7 +527,7 @@ func (s *shard) runWorker() {
 		}
 		s.mu.Lock()
 		now := rt.d.now()
-		s.pump(now)
+		s.pump(now, false)
 		wait := s.arm(now)
 		s.mu.Unlock()
 		if !timer.Stop() {
@@ -529,10 +540,13 @@ func (s *shard) runWorker() {
 	}
 }
 
-// pump fires due timers and transmits; s.mu must be held. It wakes the
-// worker when work remains or when the earliest deadline moved before the
+// pump fires due timers and transmits; s.mu must be held. When work
+// remains it wakes the worker, or, when the caller is a busy poller
+// (polled), leaves it deferred to the poller's next round (shard.deferred),
+// which saves a goroutine wake-up per txBudget packets of a long message.
+// It also wakes the worker when the earliest deadline moved before the
 // worker's timer.
-func (s *shard) pump(now transport.Time) {
+func (s *shard) pump(now transport.Time, polled bool) {
 	if s.deferred.Load() {
 		s.deferred.Store(false)
 	}
@@ -540,7 +554,12 @@ func (s *shard) pump(now transport.Time) {
 	s.fireTimers(now)
 	s.transmit(now)
 	if len(s.active) > 0 {
-		s.ring()
+		if polled {
+			s.deferUntil(now)
+			s.rt.markDeferred(now)
+		} else {
+			s.ring()
+		}
 		return
 	}
 	if t, ok := s.nextDeadline(); ok && t < s.armed {

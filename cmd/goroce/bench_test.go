@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"image"
 	_ "image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -172,5 +173,37 @@ func TestBenchClientServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// --busy-poll is a boolean that knows whether it was given: unset, the
+// mode decides (latency modes spin, bandwidth modes block).
+func TestBenchBusyPollFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		def  bool
+		want bool
+	}{
+		{nil, true, true},
+		{nil, false, false},
+		{[]string{"--busy-poll"}, false, true},
+		{[]string{"--busy-poll=false"}, true, false},
+		{[]string{"-busy-poll=true"}, false, true},
+	} {
+		var o benchOpts
+		fs := benchFlags(&o)
+		fs.SetOutput(io.Discard)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if got := o.busyPoll.or(c.def); got != c.want {
+			t.Errorf("%q with default %v: %v, want %v", c.args, c.def, got, c.want)
+		}
+	}
+	var o benchOpts
+	fs := benchFlags(&o)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse([]string{"--busy-poll=maybe"}); err == nil {
+		t.Error("--busy-poll=maybe accepted")
 	}
 }
