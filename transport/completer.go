@@ -187,6 +187,9 @@ func (q *QP) ackProgress(now Time) {
 	}
 	q.resetRetry()
 	q.syncReq()
+	if q.window < MaxUnackedPSNs {
+		q.window++
+	}
 	if q.compPSN != q.reqPSN && q.timeout > 0 {
 		q.timerArmed = true
 		q.timerAt = now + q.timeout
@@ -228,5 +231,12 @@ func (q *QP) nakRetry() {
 		q.retryLeft--
 	}
 	q.retryPending = true
+	q.shrinkWindow()
 	q.goBack()
+}
+
+// shrinkWindow halves the unacknowledged-PSN window after a loss
+// (MinUnackedPSNs).
+func (q *QP) shrinkWindow() {
+	q.window = max(MinUnackedPSNs, q.window/2)
 }

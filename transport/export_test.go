@@ -49,3 +49,6 @@ func (q *QP) CheckRequester() error {
 	}
 	return nil
 }
+
+// Window is the requester's current unacknowledged-PSN window.
+func (q *QP) Window() uint32 { return q.window }

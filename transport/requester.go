@@ -66,7 +66,7 @@ func (q *QP) reqTransmit(now Time, buf []byte) (int, uint32, bool) {
 			return 0, 0, false
 		}
 	}
-	if q.cfg.Type == RC && q.reqPSN.Sub(q.compPSN) > MaxUnackedPSNs {
+	if q.cfg.Type == RC && q.reqPSN.Sub(q.compPSN) > int32(q.window) {
 		return 0, 0, false
 	}
 	pmtu := q.pmtu

@@ -225,3 +225,89 @@ func TestLossyShortTimeout(t *testing.T) {
 		})
 	}
 }
+
+// The requester keeps at most its window of unacknowledged PSNs in flight:
+// MaxUnackedPSNs on a clean path; each go-back-N caused by loss (local ACK
+// timeout, sequence NAK) halves the window, never below MinUnackedPSNs;
+// each acknowledgment that makes progress grows it by one. The data still
+// arrives whole and once.
+func TestUnackedWindow(t *testing.T) {
+	p := newPair(t, pairOpt{typ: transport.RC, conn: func(c *tt.Conn) { c.Timeout = 10 }})
+	const pkts = 2048
+	const size = pkts * 1024 // MTU 1024
+	src := p.mem.Register(1, size, allAccess)
+	dst := p.mem.Register(2, size, allAccess)
+	fill(src.Buf, 5)
+	A, B := p.a.QP, p.b.QP
+	if err := A.PostSend(0, &transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr, RKey: dst.RKey}); err != nil {
+		t.Fatal(err)
+	}
+	window := func(want uint32, when string) {
+		t.Helper()
+		if got := A.Window(); got != want {
+			t.Fatalf("%s: window %d, want %d", when, got, want)
+		}
+	}
+	var now transport.Time
+	window(transport.MaxUnackedPSNs, "connected")
+	burst := xmit(A, now)
+	if len(burst) != transport.MaxUnackedPSNs+1 {
+		t.Fatalf("first burst: %d packets, want %d (the window, then one past it)", len(burst), transport.MaxUnackedPSNs+1)
+	}
+	// Every packet lost: each timeout halves the window, down to the floor.
+	for want := uint32(transport.MaxUnackedPSNs / 2); ; want /= 2 {
+		want = max(want, transport.MinUnackedPSNs)
+		now = A.Deadline()
+		A.Tick(now)
+		window(want, fmt.Sprintf("timeout at %v", now))
+		if burst = xmit(A, now); len(burst) != int(want)+1 {
+			t.Fatalf("after a timeout: %d packets, want %d", len(burst), want+1)
+		}
+		if want == transport.MinUnackedPSNs {
+			break
+		}
+	}
+	now = A.Deadline()
+	A.Tick(now)
+	window(transport.MinUnackedPSNs, "a timeout at the floor")
+	burst = xmit(A, now)
+	// This time one packet in the middle is lost: the responder NAKs it.
+	deliver(B, now, burst[:10]...)
+	deliver(B, now, burst[11:]...)
+	resp := xmit(B, now)
+	naks := 0
+	for _, r := range resp {
+		if bth.AETH(r[bth.HeaderLen:]).Syndrome().Type() == bth.AckTypeNAK {
+			naks++
+		}
+	}
+	if naks != 1 {
+		t.Fatalf("responder answered %s, want one sequence NAK", describe(resp))
+	}
+	deliver(A, now, resp...)
+	// The ACK for the first 10 (if any) grew the window by one; the NAK
+	// halved it back to the floor.
+	window(transport.MinUnackedPSNs, "sequence NAK")
+	// From here on nothing is lost: every progressing ACK adds one.
+	for i := 0; A.Window() < transport.MaxUnackedPSNs && i < 1000; i++ {
+		before := A.Window()
+		out := xmit(A, now)
+		if len(out) == 0 {
+			break
+		}
+		deliver(B, now, out...)
+		acks := xmit(B, now)
+		deliver(A, now, acks...)
+		if A.Window() < before {
+			t.Fatalf("window shrank from %d to %d without loss", before, A.Window())
+		}
+	}
+	p.run(1, 0)
+	if !bytes.Equal(dst.Buf, src.Buf) {
+		t.Fatal("data differs after the losses")
+	}
+	if A.Window() <= transport.MinUnackedPSNs {
+		t.Fatalf("window %d after a clean recovery, want it grown past %d", A.Window(), transport.MinUnackedPSNs)
+	}
+}
