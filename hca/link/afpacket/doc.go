@@ -53,6 +53,7 @@
 //
 // This package imports the standard library, golang.org/x/sys/unix, and
 // goroce's wire, hca/link, hca/link/internal/vnet (virtio_net_hdr, UDP GSO
-// segmentation and checksums, shared with the tun link) and hca/netcfg
-// packages.
+// segmentation and checksums, shared with the tun link),
+// hca/link/internal/sockpoll (link.Poller over a socket, shared with the
+// udp link) and hca/netcfg packages.
 package afpacket

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 )
 
 // Receive path, per Read:
@@ -52,14 +53,11 @@ type rxState struct {
 	flen           []int
 	lay            gsoLayout // layout of message pend when it is GSO (seg > 0)
 
-	fn     func(fd uintptr) bool // recvmmsg, waiting in the netpoller on EAGAIN
-	tryFn  func(fd uintptr)      // recvmmsg once; again on EAGAIN
-	waitFn func(fd uintptr) bool // waits once for readability
-	again  bool
-	waits  int
-	nmsg   int
-	n      int
-	errno  unix.Errno
+	fn    func(fd uintptr) bool // recvmmsg, waiting in the netpoller on EAGAIN
+	poll  sockpoll.Poll         // TryRead and WaitRead
+	nmsg  int
+	n     int
+	errno unix.Errno
 }
 
 func (r *rxState) init(e *Endpoint) {
@@ -70,26 +68,7 @@ func (r *rxState) init(e *Endpoint) {
 	r.vnet = make([]byte, vnetHdrLen*n)
 	r.flen = make([]int, n)
 	r.fn = r.recv
-	r.tryFn = func(fd uintptr) {
-		if !r.recv(fd) {
-			r.again = true
-		}
-	}
-	r.waitFn = func(fd uintptr) bool {
-		// RawConn.Read has just reset the netpoller's readiness: a frame
-		// that arrived after the caller's last TryRead would not wake the
-		// wait, so look (without consuming) before waiting once.
-		r.waits++
-		return r.waits > 1 || peek(fd)
-	}
-}
-
-// peek reports whether a frame is queued on fd, without consuming it.
-func peek(fd uintptr) bool {
-	var b [1]byte
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
-		unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
-	return errno != unix.EAGAIN
+	r.poll.Init(r.recv)
 }
 
 func setIov(v *unix.Iovec, b []byte) {
@@ -117,8 +96,7 @@ func (e *Endpoint) WaitRead() error {
 	if e.closed.Load() {
 		return link.ErrClosed
 	}
-	e.rx.waits = 0
-	if err := e.rc.Read(e.rx.waitFn); err != nil {
+	if err := e.rx.poll.Wait(e.rc); err != nil {
 		return e.closedErr(err)
 	}
 	return nil
@@ -165,12 +143,13 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 			m.Hdr.Iov = &v[0]
 			m.Hdr.SetIovlen(3)
 		}
-		r.nmsg, r.n, r.errno, r.again = k, 0, 0, false
+		r.nmsg, r.n, r.errno = k, 0, 0
 		var err error
+		again := false
 		if wait {
 			err = e.rc.Read(r.fn)
 		} else {
-			err = e.rc.Control(r.tryFn)
+			again, err = r.poll.Try(e.rc)
 		}
 		for i := range k {
 			r.iovs[3*i+1] = unix.Iovec{} // do not keep the caller's buffers reachable
@@ -178,7 +157,7 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 		if err != nil {
 			return 0, e.closedErr(err)
 		}
-		if r.again {
+		if again {
 			return 0, nil // TryRead: nothing queued
 		}
 		if r.errno != 0 {

@@ -37,5 +37,7 @@
 // allocates.
 //
 // This package imports the standard library, golang.org/x/sys/unix and
-// goroce's hca/link and wire packages.
+// goroce's bth, wire, hca/link, hca/link/internal/vnet (the ICRC correction
+// for kernel-assigned IP IDs) and hca/link/internal/sockpoll (link.Poller
+// over a socket) packages.
 package udp

@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -50,14 +51,11 @@ type rxState struct {
 
 	pkt wire.Packet
 
-	fn     func(fd uintptr) bool // recvmmsg, waiting in the netpoller on EAGAIN
-	tryFn  func(fd uintptr)      // recvmmsg once; again on EAGAIN
-	waitFn func(fd uintptr) bool // waits once for readability
-	again  bool
-	waits  int
-	nmsg   int
-	n      int
-	errno  unix.Errno
+	fn    func(fd uintptr) bool // recvmmsg, waiting in the netpoller on EAGAIN
+	poll  sockpoll.Poll         // TryRead and WaitRead
+	nmsg  int
+	n     int
+	errno unix.Errno
 
 	// msgs[:ready] are set up (iovec, name and control pointers); msgs
 	// [:lensOK] had their name and control lengths set (IPv6), and the
@@ -77,18 +75,7 @@ func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
 		r.oob = make([]byte, n*oobSize)
 	}
 	r.fn = r.recv
-	r.tryFn = func(fd uintptr) {
-		if !r.recv(fd) {
-			r.again = true
-		}
-	}
-	r.waitFn = func(fd uintptr) bool {
-		// RawConn.Read has just reset the netpoller's readiness: a packet
-		// that arrived after the caller's last TryRead would not wake the
-		// wait, so look (without consuming) before waiting once.
-		r.waits++
-		return r.waits > 1 || peek(fd)
-	}
+	r.poll.Init(r.recv)
 }
 
 // Read receives up to len(bufs) IP packets (see link.Endpoint). A packet
@@ -124,8 +111,7 @@ func (r *rxState) WaitRead() error {
 	if e.closed.Load() {
 		return link.ErrClosed
 	}
-	r.waits = 0
-	if err := r.rc.Read(r.waitFn); err != nil {
+	if err := r.poll.Wait(r.rc); err != nil {
 		return e.closedErr(err)
 	}
 	return nil
@@ -166,12 +152,13 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 			r.nmsg = k
 		}
 		r.prepareMsgs()
-		r.n, r.errno, r.again = 0, 0, false
+		r.n, r.errno = 0, 0
 		var err error
+		again := false
 		if wait {
 			err = r.rc.Read(r.fn)
 		} else {
-			err = r.rc.Control(r.tryFn)
+			again, err = r.poll.Try(r.rc)
 		}
 		if r.direct {
 			clear(r.iovs[:r.nmsg])
@@ -179,7 +166,7 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 		if err != nil {
 			return 0, e.closedErr(err)
 		}
-		if r.again {
+		if again {
 			return 0, nil // TryRead: nothing queued
 		}
 		r.dirty = r.n
@@ -518,12 +505,4 @@ func (r *rxState) deliver6(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int
 		n++
 	}
 	return n
-}
-
-// peek reports whether a datagram is queued on fd, consuming nothing.
-func peek(fd uintptr) bool {
-	var b [1]byte
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
-		unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
-	return errno != unix.EAGAIN
 }
