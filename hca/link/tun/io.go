@@ -314,16 +314,8 @@ func isRoCE(f []byte, format link.Format) bool {
 //     super-packet (a kernel that took TUNSETOFFLOAD but not UDP_L4 from
 //     the writer) turns GSO off for good and resends the run one by one.
 
-// maxRunSegments bounds a super-packet (UDP_MAX_SEGMENTS of older kernels).
-const maxRunSegments = 64
-
-// maxRoCEPacket is the longest BTH-through-ICRC an IBA packet can be (BTH,
-// AtomicETH, 4096 bytes of payload, ICRC), as in the udp link: a longer
-// UDP payload can only be a super-packet.
-const maxRoCEPacket = 12 + 28 + 4096 + 4
-
 // hdrSlot is a message's header room: virtio_net_hdr, IPv6 and UDP headers.
-const hdrSlot = vnet.HdrLen + wire.IPv6Len + wire.UDPLen
+var hdrSlot = vnet.HeaderRoom(0)
 
 type txMsg struct {
 	iov, niov int // t.iovs[iov:iov+niov]
@@ -343,7 +335,7 @@ type txState struct {
 	iovs  []unix.Iovec
 	hdrs  []byte // hdrSlot per message
 	icrcs []byte // 4 per frame: corrected ICRCs
-	ids   vnet.IDCache
+	runs  vnet.Runs
 
 	// State of one round through RawConn.Write.
 	nmsg, next int
@@ -363,6 +355,7 @@ func (t *txState) init(e *Endpoint) {
 		t.hdrs = make([]byte, hdrSlot*n)
 		t.icrcs = make([]byte, 4*n)
 		t.fn = t.sendv
+		t.runs = vnet.Runs{L2: 0, USO4: e.off.USO4, USO6: e.off.USO6}
 	}
 }
 
@@ -494,76 +487,35 @@ func (t *txState) build(gso bool) {
 	t.nmsg, t.next = 0, 0
 	iov, fi, patched := 0, 0, 0
 	for i := 0; i < len(t.frames); {
-		f := t.frames[i][t.offset:]
-		j := i + 1
-		hl := 0
+		j, hl := i+1, 0
 		if gso && e.format == link.FormatIP {
-			hl = runHeaderLen(f, e.off)
-			for hl > 0 && j < len(t.frames) && j-i < maxRunSegments && sameRun(f, t.frames[j-1][t.offset:], t.frames[j][t.offset:], hl, j-i+1) {
-				j++
-				if len(t.frames[j-1])-t.offset < len(f) {
-					break // a shorter packet ends the run
-				}
-			}
-		}
-		if hl == wire.IPv4Len+wire.UDPLen && j > i+1 && runPayload(t.frames[i:j], t.offset, hl) <= maxRoCEPacket {
-			// A local receiver on a raw IPv4 socket (the udp link) sees
-			// a super-packet unsegmented and can only tell it from one
-			// packet by its length: send short runs one by one.
-			j = i + 1
+			j, hl = t.runs.Next(t.frames, t.offset, i)
 		}
 		m := &t.msgs[t.nmsg]
 		t.nmsg++
-		*m = txMsg{iov: iov, frames: j - i, gso: j-i > 1}
+		*m = txMsg{iov: iov, frames: j - i, gso: hl > 0}
 		if !m.gso {
 			setIov(&t.iovs[iov], noOffload[:])
-			setIov(&t.iovs[iov+1], f)
+			setIov(&t.iovs[iov+1], t.frames[i][t.offset:])
 			iov += 2
 			m.niov = 2
 			i = j
 			fi++
-			t.niov = iov
 			continue
 		}
-		// The super-packet's headers.
+		run := t.frames[i:j]
 		slot := t.hdrs[(t.nmsg-1)*hdrSlot : t.nmsg*hdrSlot]
-		plen := runPayload(t.frames[i:j], t.offset, hl)
-		h := vnet.Hdr{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOUDPL4, HdrLen: uint16(hl),
-			GSOSize: uint16(len(f) - hl), CsumStart: uint16(hl - wire.UDPLen), CsumOffset: 6}
-		h.Encode(slot)
-		sh := slot[vnet.HdrLen : vnet.HdrLen+hl]
-		copy(sh, f[:hl])
-		u := sh[hl-wire.UDPLen:]
-		ulen := wire.UDPLen + plen
-		binary.BigEndian.PutUint16(u[4:], uint16(ulen))
-		v4 := sh[0]>>4 == 4
-		if v4 {
-			binary.BigEndian.PutUint16(sh[2:], uint16(hl+plen))
-			vnet.SetIPv4Checksum(sh[:wire.IPv4Len])
-		} else {
-			binary.BigEndian.PutUint16(sh[4:], uint16(ulen))
-		}
-		binary.BigEndian.PutUint16(u[6:], vnet.Fold(vnet.PseudoSum(sh, ulen)))
-		setIov(&t.iovs[iov], slot[:vnet.HdrLen+hl])
+		setIov(&t.iovs[iov], slot[:t.runs.Header(slot, run, t.offset, hl)])
 		iov++
-		id0 := binary.BigEndian.Uint16(f[4:])
-		for s, g := range t.frames[i:j] {
-			g = g[t.offset:]
-			pay := g[hl:]
-			if want := id0 + uint16(s); v4 && binary.BigEndian.Uint16(g[4:]) != want {
-				// Segment s leaves the kernel with ID want: send the ICRC
-				// for that ID instead of the frame's last 4 bytes.
-				c := t.icrcs[4*fi : 4*fi+4]
-				icrc := binary.LittleEndian.Uint32(g[len(g)-4:]) ^
-					t.ids.Get(len(g)).Delta(want^binary.BigEndian.Uint16(g[4:]))
-				binary.LittleEndian.PutUint32(c, icrc)
-				setIov(&t.iovs[iov], pay[:len(pay)-4])
-				setIov(&t.iovs[iov+1], c)
-				iov += 2
-				patched++
-			} else {
-				setIov(&t.iovs[iov], pay)
+		for s := range run {
+			c := t.icrcs[4*fi : 4*fi+4]
+			pay, p := t.runs.Payload(run, t.offset, hl, s, c)
+			setIov(&t.iovs[iov], pay)
+			iov++
+			if p {
+				setIov(&t.iovs[iov], c)
 				iov++
+				patched++
 			}
 			fi++
 		}
@@ -574,75 +526,6 @@ func (t *txState) build(gso bool) {
 	if patched > 0 {
 		e.st.txICRCPatched.Add(uint64(patched))
 	}
-}
-
-// runPayload is the UDP payload of a run: its frames without headers.
-func runPayload(frames [][]byte, offset, hl int) int {
-	n := 0
-	for _, g := range frames {
-		n += len(g) - offset - hl
-	}
-	return n
-}
-
-// runHeaderLen returns the IP+UDP header length of f if f may start a
-// super-packet: a RoCEv2 packet (UDP to 4791, room for a BTH and an ICRC)
-// over IPv4 without options and not a fragment, or IPv6 without extension
-// headers, whose header lengths describe f exactly, of a family the kernel
-// segments for us. It returns 0 otherwise.
-func runHeaderLen(f []byte, off Offloads) int {
-	var hl int
-	switch {
-	case len(f) < wire.IPv4Len:
-		return 0
-	case f[0] == 0x45 && off.USO4:
-		hl = wire.IPv4Len + wire.UDPLen
-		if f[9] != wire.IPProtoUDP || binary.BigEndian.Uint16(f[6:])&0x3FFF != 0 ||
-			int(binary.BigEndian.Uint16(f[2:])) != len(f) {
-			return 0
-		}
-	case f[0]>>4 == 6 && off.USO6:
-		hl = wire.IPv6Len + wire.UDPLen
-		if len(f) < hl || f[6] != wire.IPProtoUDP || int(binary.BigEndian.Uint16(f[4:])) != len(f)-wire.IPv6Len {
-			return 0
-		}
-	default:
-		return 0
-	}
-	if len(f) < hl+12+4 || int(binary.BigEndian.Uint16(f[hl-4:])) != len(f)-hl+wire.UDPLen ||
-		binary.BigEndian.Uint16(f[hl-6:]) != wire.RoCEv2Port {
-		return 0
-	}
-	return hl
-}
-
-// sameRun reports whether g may follow prev in the run started by first,
-// as its segment number segs-1: g is a RoCEv2 packet (runHeaderLen) no
-// longer than first with the same headers but for the IP lengths, ID and
-// checksum and the UDP length and checksum, and the run's IP packet stays
-// under 64 KiB.
-func sameRun(first, prev, g []byte, hl, segs int) bool {
-	if len(g) > len(first) || len(prev) != len(first) || len(g) < hl+12+4 {
-		return false
-	}
-	if hl == wire.IPv4Len+wire.UDPLen {
-		if string(first[:2]) != string(g[:2]) || string(first[6:10]) != string(g[6:10]) ||
-			string(first[12:24]) != string(g[12:24]) ||
-			int(binary.BigEndian.Uint16(g[2:])) != len(g) {
-			return false
-		}
-		// 64 KiB IPv4 total length; segs-1 full packets and g.
-		return hl+(segs-1)*(len(first)-hl)+len(g)-hl <= 65535 &&
-			int(binary.BigEndian.Uint16(g[24:])) == len(g)-wire.IPv4Len
-	}
-	if string(first[:4]) != string(g[:4]) || string(first[6:44]) != string(g[6:44]) ||
-		int(binary.BigEndian.Uint16(g[4:])) != len(g)-wire.IPv6Len {
-		return false
-	}
-	// The whole IPv6 packet, not only its payload: the kernel segments
-	// anything of 64 KiB or more (gso_max_size) before a device.
-	return hl+(segs-1)*(len(first)-hl)+len(g)-hl <= 65535 &&
-		int(binary.BigEndian.Uint16(g[44:])) == len(g)-wire.IPv6Len
 }
 
 // check validates one frame for Write.
