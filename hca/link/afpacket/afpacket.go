@@ -39,6 +39,8 @@ type Config struct {
 	// RecvBuf and SendBuf are socket buffer sizes in bytes (SO_RCVBUFFORCE
 	// when permitted); 0 means 4 MiB receive and the kernel's default send.
 	RecvBuf, SendBuf int
+	// NoGSO sends every frame as its own skb: no UDP GSO super-packets.
+	NoGSO bool
 }
 
 // Errors Open wraps; the message names the interface (and address).
@@ -59,7 +61,10 @@ type Stats struct {
 	RxGSO         uint64 // UDP GSO frames (veth/bridge pass them unsegmented) split into segments
 	RxGSOSegments uint64 // frames delivered from them
 	TxFrames      uint64 // handed to the device
-	TxDropped     uint64 // refused by the device queue (ENOBUFS): lost on the wire
+	TxGSO         uint64 // UDP GSO super-packets sent (one skb each)
+	TxGSOSegments uint64 // frames sent in them
+	TxICRCPatched uint64 // of which sent with an ICRC corrected for the IPv4 ID segmentation gives them
+	TxDropped     uint64 // refused by the device queue (ENOBUFS): lost on the wire (a super-packet's whole run)
 	TxRejected    uint64 // refused by Write: over the MTU or runt
 	HeldPorts     int    // addresses whose UDP port 4791 Open holds
 }
@@ -91,8 +96,10 @@ type Endpoint struct {
 		rxFrames, rxTooLarge, rxRunt, rxKernelDrop atomic.Uint64
 		rxMalformed, rxGSO, rxGSOSegments          atomic.Uint64
 		txFrames, txDropped, txRejected            atomic.Uint64
+		txGSO, txGSOSegments, txICRCPatched        atomic.Uint64
 	}
-	statsMu sync.Mutex // serialises PACKET_STATISTICS reads (they reset the kernel counter)
+	gso     atomic.Bool // send super-packets (until the kernel refuses one)
+	statsMu sync.Mutex  // serialises PACKET_STATISTICS reads (they reset the kernel counter)
 }
 
 var _ link.Endpoint = (*Endpoint)(nil)
@@ -122,6 +129,7 @@ func Open(cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	e.held = len(e.holds)
+	e.gso.Store(!cfg.NoGSO)
 	e.rx.init(e)
 	e.tx.init(e)
 	return e, nil
@@ -266,6 +274,11 @@ func setBuffers(fd, rcv, snd int) {
 	}
 }
 
+// GSO reports whether Write sends runs of equal-size RoCEv2 frames of one
+// flow as UDP GSO super-packets: not with Config.NoGSO, nor after the
+// kernel refused one.
+func (e *Endpoint) GSO() bool { return e.gso.Load() }
+
 // Interface is the interface name.
 func (e *Endpoint) Interface() string { return e.ifname }
 
@@ -328,7 +341,8 @@ func (e *Endpoint) Stats() Stats {
 		RxFrames: c.rxFrames.Load(), RxTooLarge: c.rxTooLarge.Load(), RxRunt: c.rxRunt.Load(),
 		RxKernelDrop: c.rxKernelDrop.Load(), RxMalformed: c.rxMalformed.Load(),
 		RxGSO: c.rxGSO.Load(), RxGSOSegments: c.rxGSOSegments.Load(),
-		TxFrames: c.txFrames.Load(), TxDropped: c.txDropped.Load(), TxRejected: c.txRejected.Load(),
+		TxFrames: c.txFrames.Load(), TxGSO: c.txGSO.Load(), TxGSOSegments: c.txGSOSegments.Load(),
+		TxICRCPatched: c.txICRCPatched.Load(), TxDropped: c.txDropped.Load(), TxRejected: c.txRejected.Load(),
 		HeldPorts: e.held,
 	}
 }

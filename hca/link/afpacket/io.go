@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/sockpoll"
+	"github.com/goroce/goroce/hca/link/internal/vnet"
 )
 
 // Receive path, per Read:
@@ -334,26 +335,45 @@ func (r *rxState) recv(fd uintptr) bool {
 }
 
 type txState struct {
-	e    *Endpoint
-	msgs []unix.Mmsghdr
-	iovs []unix.Iovec
+	e     *Endpoint
+	msgs  []unix.Mmsghdr
+	iovs  []unix.Iovec // at most 3 per frame: a super-packet's header, then payload and patched ICRC
+	first []int        // first[i]: message i's first frame; first[nmsg] the frames in all
+	gso   []bool       // message i is a super-packet
+	hdrs  []byte       // vnet.HeaderRoom(ethHdr) per message
+	icrcs []byte       // 4 per frame: corrected ICRCs
+	runs  vnet.Runs
+	// probed: a super-packet went out, so this kernel takes UDP_L4 from a
+	// packet socket. Until then a super-packet is sent in a sendmmsg of
+	// its own: its errno is the kernel's verdict, which a later message's
+	// error would not be (see send).
+	probed bool
 
 	fn    func(fd uintptr) bool
 	nmsg  int
-	sent  int // frames past (sent or dropped) in msgs[:nmsg]
-	drops int // of which the device dropped
+	niov  int
+	sent  int // messages past (sent or dropped) in msgs[:nmsg]
+	drops int // frames in the messages the device dropped
 	errno unix.Errno
+	// Per write, added to the shared counters once.
+	gsoMsgs, gsoSegs, patched int
 }
 
 func (t *txState) init(e *Endpoint) {
 	t.e = e
-	t.msgs = make([]unix.Mmsghdr, e.cfg.BatchSize)
-	t.iovs = make([]unix.Iovec, 2*e.cfg.BatchSize)
+	n := e.cfg.BatchSize
+	t.msgs = make([]unix.Mmsghdr, n)
+	t.iovs = make([]unix.Iovec, 3*n)
+	t.first = make([]int, n+1)
+	t.gso = make([]bool, n)
+	t.hdrs = make([]byte, vnet.HeaderRoom(ethHdr)*n)
+	t.icrcs = make([]byte, 4*n)
+	t.runs = vnet.Runs{L2: ethHdr, USO4: true, USO6: true}
 	t.fn = t.send
 }
 
-// noOffload is the virtio_net_hdr sent before every frame: no checksum
-// or segmentation asked of the kernel. Only the kernel reads it.
+// noOffload is the virtio_net_hdr sent before a frame sent whole: no
+// checksum or segmentation asked of the kernel. Only the kernel reads it.
 var noOffload [vnetHdrLen]byte
 
 // frameIPLen is how many bytes of f count against the MTU: all but the
@@ -401,20 +421,32 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		case frameIPLen(f) > e.mtu:
 			bad = link.ErrFrameTooLarge
 		default:
-			setIov(&t.iovs[2*i], noOffload[:])
-			setIov(&t.iovs[2*i+1], f)
-			m := &t.msgs[i]
-			*m = unix.Mmsghdr{}
-			m.Hdr.Iov = &t.iovs[2*i]
-			m.Hdr.SetIovlen(2)
 			continue
 		}
 		e.st.txRejected.Add(1)
 		valid = i
 		break
 	}
-	t.nmsg, t.sent, t.drops = valid, 0, 0
 	raceReleaseMerge()
+	n, err := t.sendFrames(bufs[:valid], offset)
+	if err != nil {
+		return n, err
+	}
+	if bad != nil {
+		return valid, fmt.Errorf("afpacket: %s: frame %d: %w", e.ifname, valid, bad)
+	}
+	return valid, nil
+}
+
+// sendFrames sends checked frames and returns how many are past (sent or
+// dropped by the device).
+func (t *txState) sendFrames(frames [][]byte, offset int) (int, error) {
+	e := t.e
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	t.build(frames, offset, e.gso.Load())
+	t.sent, t.drops, t.gsoMsgs, t.gsoSegs = 0, 0, 0, 0
 	var err error
 	for t.sent < t.nmsg && err == nil {
 		t.errno = 0
@@ -426,16 +458,78 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 			err = fmt.Errorf("afpacket: %s: sendmmsg: %w", e.ifname, t.errno)
 		}
 	}
-	clear(t.iovs[:2*valid])
-	e.st.txFrames.Add(uint64(t.sent - t.drops))
-	if err != nil {
-		return t.sent, err
+	clear(t.iovs[:t.niov]) // retain no caller memory
+	n := t.first[t.sent]
+	e.st.txFrames.Add(uint64(n - t.drops))
+	if t.gsoMsgs > 0 {
+		e.st.txGSO.Add(uint64(t.gsoMsgs))
+		e.st.txGSOSegments.Add(uint64(t.gsoSegs))
 	}
-	if bad != nil {
-		return valid, fmt.Errorf("afpacket: %s: frame %d: %w", e.ifname, valid, bad)
+	if t.patched > 0 {
+		e.st.txICRCPatched.Add(uint64(t.patched))
 	}
-	return valid, nil
+	if t.errno == unix.EINVAL && t.sent < t.nmsg && t.gso[t.sent] {
+		// This kernel does not take UDP_L4 from a packet socket: off for
+		// good, and the rest goes one frame per message.
+		e.gso.Store(false)
+		m, err := t.sendFrames(frames[n:], offset)
+		return n + m, err
+	}
+	return n, err
 }
+
+// build fills msgs and iovs for frames: runs of one flow become
+// super-packets (vnet.Runs) when gso is on, other frames go whole after a
+// zero virtio_net_hdr. Nothing of the caller's is copied or written.
+func (t *txState) build(frames [][]byte, offset int, gso bool) {
+	room := vnet.HeaderRoom(ethHdr)
+	iov, fi := 0, 0
+	t.nmsg, t.patched = 0, 0
+	for i := 0; i < len(frames); {
+		j, hl := i+1, 0
+		if gso {
+			j, hl = t.runs.Next(frames, offset, i)
+		}
+		k := t.nmsg
+		t.nmsg++
+		t.first[k], t.gso[k] = i, hl > 0
+		start := iov
+		if hl == 0 {
+			setIov(&t.iovs[iov], noOffload[:])
+			setIov(&t.iovs[iov+1], frames[i][offset:])
+			iov += 2
+			fi++
+		} else {
+			run := frames[i:j]
+			slot := t.hdrs[k*room : (k+1)*room]
+			setIov(&t.iovs[iov], slot[:t.runs.Header(slot, run, offset, hl)])
+			iov++
+			for s := range run {
+				c := t.icrcs[4*fi : 4*fi+4]
+				pay, p := t.runs.Payload(run, offset, hl, s, c)
+				setIov(&t.iovs[iov], pay)
+				iov++
+				if p {
+					setIov(&t.iovs[iov], c)
+					iov++
+					t.patched++
+				}
+				fi++
+			}
+		}
+		m := &t.msgs[k]
+		*m = unix.Mmsghdr{}
+		m.Hdr.Iov = &t.iovs[start]
+		m.Hdr.SetIovlen(iov - start)
+		i = j
+	}
+	t.first[t.nmsg] = len(frames)
+	t.niov = iov
+}
+
+// refuseGSO plays, for tests, a kernel whose packet sockets refuse UDP_L4
+// super-packets (EINVAL from virtio_net_hdr_to_skb).
+var refuseGSO bool
 
 // send is the RawConn.Write callback: it sends until everything is out,
 // the socket is full (false: wait) or an error other than a device drop.
@@ -452,14 +546,39 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 // drop) and it is skipped as lost, the one error packet_snd can meet with
 // a frame that passed Write's checks. A message misjudged (the buffer
 // drained between the failure and SIOCOUTQ) is lost, which RoCE recovers
-// from, rather than duplicated.
+// from, rather than duplicated. A super-packet dropped this way loses its
+// whole run, as the device would have dropped it whole. The one other
+// error a super-packet can meet, EINVAL from a kernel that does not take
+// UDP_L4, is read from the first one sent, alone (probed).
 func (t *txState) send(fd uintptr) bool {
 	for t.sent < t.nmsg {
-		n, errno := mmsg(unix.SYS_SENDMMSG, fd, t.msgs[t.sent:t.nmsg], unix.MSG_DONTWAIT)
+		end := t.nmsg
+		if !t.probed || refuseGSO {
+			for k := t.sent; k < end; k++ {
+				if t.gso[k] {
+					end = max(k, t.sent+1)
+					break
+				}
+			}
+		}
+		var n int
+		var errno unix.Errno
+		if refuseGSO && t.gso[t.sent] {
+			errno = unix.EINVAL
+		} else {
+			n, errno = mmsg(unix.SYS_SENDMMSG, fd, t.msgs[t.sent:end], unix.MSG_DONTWAIT)
+		}
 		switch errno {
 		case 0:
+			for k := t.sent; k < t.sent+n; k++ {
+				if t.gso[k] {
+					t.probed = true
+					t.gsoMsgs++
+					t.gsoSegs += t.first[k+1] - t.first[k]
+				}
+			}
 			t.sent += n
-			if t.sent < t.nmsg {
+			if t.sent < end {
 				if errno = sockError(fd); errno == 0 {
 					errno = unix.ENOBUFS
 					if q, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ); err == nil && q >= t.e.sndbuf {
@@ -476,11 +595,12 @@ func (t *txState) send(fd uintptr) bool {
 		case 0:
 		case unix.ENOBUFS:
 			// The device queue (or a veth peer's backlog, or an egress
-			// filter) dropped the frame: it is lost, like a frame
+			// filter) dropped the frame or run: it is lost, like a frame
 			// dropped on the wire.
-			t.e.st.txDropped.Add(1)
+			k := t.first[t.sent+1] - t.first[t.sent]
+			t.e.st.txDropped.Add(uint64(k))
+			t.drops += k
 			t.sent++
-			t.drops++
 		case unix.EAGAIN:
 			return false
 		default:
