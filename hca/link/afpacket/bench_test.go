@@ -55,29 +55,57 @@ func TestZeroAllocs(t *testing.T) {
 }
 
 // BenchmarkWriteRead moves batches of 64 frames across a veth pair
-// (sendmmsg on one end, recvmmsg on the other, one goroutine).
+// (sendmmsg on one end, recvmmsg on the other, one goroutine), each frame
+// its own skb (gso=off) or runs of them as UDP GSO super-packets that the
+// receiving Read splits (gso=on). holder-gro=off leaves UDP_GRO off on the
+// receiver's UDP 4791 holder, so its kernel segments every super-packet
+// for that socket too.
 func BenchmarkWriteRead(b *testing.B) {
-	for _, payload := range []int{64, 1024, 4096} {
-		b.Run(fmt.Sprintf("payload=%d", payload), func(b *testing.B) {
-			mtu := 1500
-			if payload > 1400 {
-				mtu = 9000
-			}
-			ea, eb, _ := openPair(b, netcfg.TwoHostsOptions{MTU: mtu})
-			frames := batch(b, ea, eb, ea.BatchSize(), payload)
-			bufs := make([][]byte, len(frames))
-			for i := range bufs {
-				bufs[i] = make([]byte, 9100)
-			}
-			sizes := make([]int, len(bufs))
-			b.SetBytes(int64(len(frames) * len(frames[0])))
-			b.ReportAllocs()
-			wd := linktest.NewWatchdog(time.Minute, eb) // a lost frame fails the benchmark
-			defer wd.Stop()
-			for b.Loop() {
-				roundTrip(b, wd, ea, eb, frames, bufs, sizes)
-			}
-			b.ReportMetric(float64(b.N*len(frames))/b.Elapsed().Seconds(), "frames/s")
-		})
+	for _, tc := range []struct {
+		name         string
+		noGSO, noGRO bool
+	}{
+		{"gso=off", true, false},
+		{"gso=on", false, false},
+		{"gso=on/holder-gro=off", false, true},
+	} {
+		for _, payload := range []int{64, 1024, 4096} {
+			b.Run(fmt.Sprintf("%s/payload=%d", tc.name, payload), func(b *testing.B) {
+				mtu := 1500
+				if payload > 1400 {
+					mtu = 9000
+				}
+				holderNoGRO = tc.noGRO
+				h := netcfg.TwoHosts(b, netcfg.TwoHostsOptions{MTU: mtu})
+				ea, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, NoGSO: tc.noGSO})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ea.Close()
+				eb, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
+				holderNoGRO = false
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer eb.Close()
+				frames := batch(b, ea, eb, ea.BatchSize(), payload)
+				bufs := make([][]byte, len(frames))
+				for i := range bufs {
+					bufs[i] = make([]byte, 9100)
+				}
+				sizes := make([]int, len(bufs))
+				b.SetBytes(int64(len(frames) * len(frames[0])))
+				b.ReportAllocs()
+				wd := linktest.NewWatchdog(time.Minute, eb) // a lost frame fails the benchmark
+				defer wd.Stop()
+				for b.Loop() {
+					roundTrip(b, wd, ea, eb, frames, bufs, sizes)
+				}
+				b.ReportMetric(float64(b.N*len(frames))/b.Elapsed().Seconds(), "frames/s")
+				if st := ea.Stats(); (st.TxGSO > 0) == tc.noGSO {
+					b.Fatalf("super-packets sent: %d", st.TxGSO)
+				}
+			})
+		}
 	}
 }
