@@ -20,8 +20,9 @@
 //     taken already (rdma_rxe or a udp link) the holder is skipped: that
 //     owner keeps the kernel quiet, and also receives the packets.
 //   - recvmmsg and sendmmsg move a whole batch per system call, straight
-//     between the kernel and the caller's buffers; the socket is
-//     non-blocking and waits in the Go netpoller, so Close unblocks Read.
+//     between the kernel and the caller's buffers (no copies on send); the
+//     socket is non-blocking and waits in the Go netpoller, so Close
+//     unblocks Read.
 //     TryRead and WaitRead (link.Poller) let a busy-polling HCA
 //     (hca.Options.BusyPoll) receive in the goroutine that polls its CQ.
 //   - PACKET_VNET_HDR puts a struct virtio_net_hdr before every frame.
@@ -37,11 +38,42 @@
 //     the batch are copied there and delivered over the next Reads. Frames
 //     that are not GSO are still received straight into the caller's
 //     buffers.
+//   - Write sends a run of RoCEv2 frames of one flow (equal Ethernet, IP
+//     and UDP headers but for lengths, IPv4 ID and checksums; equal size
+//     but a shorter last one; at most 64 frames and a 64 KiB IP packet) as
+//     ONE skb: a virtio_net_hdr {NEEDS_CSUM, UDP_L4, gso_size, hdr_len and
+//     csum_start counting the Ethernet header, csum_offset 6}, the first
+//     frame's headers with the run's lengths, IPv4 header checksum and UDP
+//     pseudo-header sum, then each frame's UDP payload by iovec, straight
+//     from the caller's buffers (hca/link/internal/vnet.Runs, shared with
+//     the tun link). A 64 KiB message at IB MTU 1024 is one skb through
+//     the qdisc and the veth instead of 64. The veth passes it whole: a
+//     packet socket on the far end splits it (as above), the far kernel IP
+//     stack segments it for a UDP socket (IPv6 udp link, rdma_rxe) or hands
+//     it whole to a raw socket (the IPv4 udp link splits it), and a real
+//     NIC would segment it in hardware or the kernel before the wire.
+//     Segmentation numbers IPv4 IDs id0, id0+1, ...; a frame built with
+//     another ID is sent with its ICRC corrected for that ID (4 bytes from
+//     a per-frame slot, by CRC linearity), so the segments' ICRCs verify.
+//     An IPv4 run whose payload would fit one RoCE packet goes frame by
+//     frame (a raw-socket receiver could not tell it from one packet), as
+//     do all other frames, each after a zero virtio_net_hdr.
+//   - The first super-packet an endpoint sends goes in a sendmmsg of its
+//     own, so the kernel's verdict is its errno: EINVAL (a kernel whose
+//     packet sockets do not take UDP_L4) turns GSO off for good (GSO()
+//     false) and the run and the rest of the batch are resent frame by
+//     frame. Config.NoGSO turns it off from the start.
+//   - The port holders set UDP_GRO: a socket without it has every arriving
+//     super-packet segmented for it (udp_unexpected_gso), checksums and
+//     all, only for its filter to drop each segment (BenchmarkWriteRead:
+//     gso=on 1024-byte frames 1031 MB/s with holder GRO off, 1689 on).
 //
 // Sends go through dev_queue_xmit (no PACKET_QDISC_BYPASS), so qdiscs and
 // the nftables netdev egress hook (netcfg.AddLoss) apply. A frame the
-// device drops on the way out (ENOBUFS: a full veth peer backlog) is counted
-// in TxDropped and treated as lost on the wire, as RoCE expects.
+// device drops on the way out (ENOBUFS: a full veth peer backlog, an egress
+// rule) is counted in TxDropped and treated as lost on the wire, as RoCE
+// expects; a dropped super-packet loses its whole run, as it would on a
+// NIC's queue.
 //
 // Not done: PACKET_MMAP (TPACKET_V3) rings and PACKET_FANOUT; 802.1Q
 // tagged frames are sent as given but not received (the kernel strips the

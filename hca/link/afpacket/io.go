@@ -34,10 +34,15 @@ import (
 // Send path, per Write:
 //  1. Check every frame (Ethernet header present, IP part within the MTU);
 //     stop the batch at the first bad one.
-//  2. sendmmsg the good prefix without addresses (the socket is bound to
-//     the interface), each frame after a zero virtio_net_hdr; on EAGAIN
-//     wait for writability; a frame the device refuses (ENOBUFS) is
-//     counted in TxDropped and skipped.
+//  2. Group the good prefix into messages (build): a run of RoCEv2 frames
+//     of one flow becomes one UDP GSO super-packet (vnet.Runs: header slot,
+//     then each frame's payload by iovec, ICRC patched for id0+i where the
+//     ID differs), any other frame one message after a zero virtio_net_hdr.
+//  3. sendmmsg the messages without addresses (the socket is bound to the
+//     interface); on EAGAIN wait for writability; a message the device
+//     refuses (ENOBUFS) is counted in TxDropped (all its frames) and
+//     skipped; EINVAL on a super-packet turns GSO off and resends its
+//     frames one by one.
 
 const ethHdr = 14
 

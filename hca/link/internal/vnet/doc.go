@@ -11,9 +11,14 @@
 //
 // Frames are byte slices whose IP header starts at a given offset (0 for a
 // TUN, 14 for an untagged Ethernet frame). Nothing here allocates except
-// ICRCIDCache on a frame length it has not seen.
+// IDCache on a frame length it has not seen.
+//
+// Runs groups a send batch into super-packets for both the tun link (no
+// L2 header) and the afpacket link (a 14-byte Ethernet header counted in
+// the virtio_net_hdr's hdr_len and csum_start): one implementation of the
+// run rules, the header and the ICRC patch.
 //
 // This package imports the standard library only. It is internal to
-// hca/link: the tun link uses all of it, the afpacket link the receive
-// half (header, segmentation, checksum finishing).
+// hca/link: the tun and afpacket links use all of it, the udp link the
+// ICRC correction.
 package vnet
