@@ -85,6 +85,17 @@ func perRun(full int, v6 bool) int {
 	return min(64, (65535-hl)/(ip-hl))
 }
 
+// needGSO skips the rest of a test whose frames were checked but whose
+// super-packet counts cannot hold: the kernel refused UDP_L4 from a packet
+// socket (virtio_net_hdr_to_skb takes it from Linux 6.2; 6.1 returns
+// EINVAL) and Write fell back to one frame per skb.
+func needGSO(t *testing.T, e *Endpoint) {
+	t.Helper()
+	if !e.GSO() {
+		t.Skip("kernel refuses UDP_L4 super-packets from packet sockets (Linux 6.2+); the fallback delivered every frame")
+	}
+}
+
 // TestGSOSend sends runs of equal-size frames from one packet socket to
 // another across a veth pair: each run leaves as one UDP GSO skb, the veth
 // passes it whole and the receiving packet socket splits it. Every frame
@@ -151,7 +162,7 @@ func TestGSOSend(t *testing.T) {
 					}
 					if !tc.v6 {
 						wantID := binary.BigEndian.Uint16(want[ethHdr+4:])
-						if !tc.noGSO && got < run {
+						if !tc.noGSO && got < run && a.GSO() {
 							first := got - got%per
 							wantID = binary.BigEndian.Uint16(frames[first][ethHdr+4:]) + uint16(got%per)
 						}
@@ -161,6 +172,9 @@ func TestGSOSend(t *testing.T) {
 					}
 					got++
 				}
+			}
+			if !tc.noGSO {
+				needGSO(t, a)
 			}
 			as, bs := a.Stats(), b.Stats()
 			runs := uint64((run + per - 1) / per)
@@ -246,6 +260,7 @@ func TestGSOSendToUDPLink(t *testing.T) {
 					got++
 				}
 			}
+			needGSO(t, a)
 			if as := a.Stats(); as.TxGSO == 0 || as.TxGSOSegments != run {
 				t.Errorf("sender %+v: want super-packets of %d segments in all", as, run)
 			}
@@ -304,7 +319,7 @@ func TestGSORefusedAtWrite(t *testing.T) {
 			t.Fatal("GSO still on after EINVAL")
 		}
 	}
-	if as, bs := a.Stats(), b.Stats(); as.TxGSO != 0 || as.TxFrames != 84 || bs.RxFrames != 84 || bs.RxGSO != 0 {
+	if as, bs := a.Stats(), b.Stats(); as.TxGSO != 0 || as.TxICRCPatched != 0 || as.TxFrames != 84 || bs.RxFrames != 84 || bs.RxGSO != 0 {
 		t.Fatalf("sender %+v\nreceiver %+v", as, bs)
 	}
 }
@@ -326,6 +341,7 @@ func TestGSOSendZeroAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(50, func() { roundTrip(t, wd, a, b, frames, bufs, sizes) }); n != 0 {
 		t.Fatalf("%v allocations per batch of %d frames", n, len(frames))
 	}
+	needGSO(t, a)
 	if st := a.Stats(); st.TxGSO == 0 || st.TxICRCPatched == 0 {
 		t.Fatalf("no super-packets sent: %+v", st)
 	}
@@ -358,6 +374,7 @@ func TestRCOverVethGSO(t *testing.T) {
 			if n := da.Counters.RxICRCErrors.Load() + db.Counters.RxICRCErrors.Load(); n != 0 {
 				t.Errorf("%d ICRC errors", n)
 			}
+			needGSO(t, a)
 			as, bs := a.Stats(), b.Stats()
 			t.Logf("A sent %d frames, %d super-packets (%d segments); B split %d into %d",
 				as.TxFrames, as.TxGSO, as.TxGSOSegments, bs.RxGSO, bs.RxGSOSegments)

@@ -345,6 +345,7 @@ type txState struct {
 	iovs  []unix.Iovec // at most 3 per frame: a super-packet's header, then payload and patched ICRC
 	first []int        // first[i]: message i's first frame; first[nmsg] the frames in all
 	gso   []bool       // message i is a super-packet
+	npat  []int        // ICRCs patched in message i
 	hdrs  []byte       // vnet.HeaderRoom(ethHdr) per message
 	icrcs []byte       // 4 per frame: corrected ICRCs
 	runs  vnet.Runs
@@ -371,6 +372,7 @@ func (t *txState) init(e *Endpoint) {
 	t.iovs = make([]unix.Iovec, 3*n)
 	t.first = make([]int, n+1)
 	t.gso = make([]bool, n)
+	t.npat = make([]int, n)
 	t.hdrs = make([]byte, vnet.HeaderRoom(ethHdr)*n)
 	t.icrcs = make([]byte, 4*n)
 	t.runs = vnet.Runs{L2: ethHdr, USO4: true, USO6: true}
@@ -451,7 +453,7 @@ func (t *txState) sendFrames(frames [][]byte, offset int) (int, error) {
 		return 0, nil
 	}
 	t.build(frames, offset, e.gso.Load())
-	t.sent, t.drops, t.gsoMsgs, t.gsoSegs = 0, 0, 0, 0
+	t.sent, t.drops, t.gsoMsgs, t.gsoSegs, t.patched = 0, 0, 0, 0, 0
 	var err error
 	for t.sent < t.nmsg && err == nil {
 		t.errno = 0
@@ -489,7 +491,7 @@ func (t *txState) sendFrames(frames [][]byte, offset int) (int, error) {
 func (t *txState) build(frames [][]byte, offset int, gso bool) {
 	room := vnet.HeaderRoom(ethHdr)
 	iov, fi := 0, 0
-	t.nmsg, t.patched = 0, 0
+	t.nmsg = 0
 	for i := 0; i < len(frames); {
 		j, hl := i+1, 0
 		if gso {
@@ -497,7 +499,7 @@ func (t *txState) build(frames [][]byte, offset int, gso bool) {
 		}
 		k := t.nmsg
 		t.nmsg++
-		t.first[k], t.gso[k] = i, hl > 0
+		t.first[k], t.gso[k], t.npat[k] = i, hl > 0, 0
 		start := iov
 		if hl == 0 {
 			setIov(&t.iovs[iov], noOffload[:])
@@ -517,7 +519,7 @@ func (t *txState) build(frames [][]byte, offset int, gso bool) {
 				if p {
 					setIov(&t.iovs[iov], c)
 					iov++
-					t.patched++
+					t.npat[k]++
 				}
 				fi++
 			}
@@ -580,6 +582,7 @@ func (t *txState) send(fd uintptr) bool {
 					t.probed = true
 					t.gsoMsgs++
 					t.gsoSegs += t.first[k+1] - t.first[k]
+					t.patched += t.npat[k]
 				}
 			}
 			t.sent += n
