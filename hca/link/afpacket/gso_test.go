@@ -219,26 +219,7 @@ func TestHCAUDPToPacket(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })
-			p, err := bench.NewPair(da, db, bench.PairConfig{MTU: tc.pmtu, BufSize: 4 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			for _, c := range bench.RunChecks(ctx, p) {
-				if c.Err != nil {
-					t.Errorf("%s: %v", c.Name, c.Err)
-				}
-			}
-			r, err := bench.WriteBW(ctx, p, 64<<10, 200, 16, 0)
-			if err != nil {
-				t.Fatalf("WriteBW: %v", err)
-			}
-			t.Logf("RDMA WRITE 64 KiB x %d: %.1f MB/s", r.Iters, r.BytesPerSec/1e6)
-			if n := da.Counters.RxICRCErrors.Load() + db.Counters.RxICRCErrors.Load(); n != 0 {
-				t.Errorf("%d ICRC errors", n)
-			}
+			checkRC(t, da, db, tc.pmtu)
 			us, bs := u.Stats(), b.Stats()
 			t.Logf("udp link: %d frames, %d GSO batches (%d segments); packet socket: %d frames, %d GSO frames split into %d",
 				us.TxFrames, us.TxGSOBatches, us.TxGSOSegments, bs.RxFrames, bs.RxGSO, bs.RxGSOSegments)
@@ -294,5 +275,32 @@ func TestGSOZeroAllocs(t *testing.T) {
 	}
 	if st := b.Stats(); st.RxGSO != 52 || st.RxGSOSegments != 52*32 {
 		t.Fatalf("stats %+v: want 52 GSO frames (AllocsPerRun: 1 warm-up + 1 + 50) of 32 segments", st)
+	}
+}
+
+// checkRC runs every RC operation with data checks, then 200 RDMA WRITEs of
+// 64 KiB, between da and db at path MTU pmtu; an ICRC error on either
+// device fails the test.
+func checkRC(t *testing.T, da, db *hca.Device, pmtu bth.MTU) {
+	t.Helper()
+	p, err := bench.NewPair(da, db, bench.PairConfig{MTU: pmtu, BufSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, c := range bench.RunChecks(ctx, p) {
+		if c.Err != nil {
+			t.Errorf("%s: %v", c.Name, c.Err)
+		}
+	}
+	r, err := bench.WriteBW(ctx, p, 64<<10, 200, 16, 0)
+	if err != nil {
+		t.Fatalf("WriteBW: %v", err)
+	}
+	t.Logf("RDMA WRITE 64 KiB x %d: %.1f MB/s", r.Iters, r.BytesPerSec/1e6)
+	if n := da.Counters.RxICRCErrors.Load() + db.Counters.RxICRCErrors.Load(); n != 0 {
+		t.Errorf("%d ICRC errors", n)
 	}
 }

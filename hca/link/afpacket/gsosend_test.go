@@ -1,15 +1,12 @@
 package afpacket
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
 	"testing"
-	"time"
 
-	"github.com/goroce/goroce/bench"
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/linktest"
@@ -328,19 +325,7 @@ func TestGSORefusedAtWrite(t *testing.T) {
 // Read that splits them allocate nothing once the ICRC basis for the frame
 // length is cached.
 func TestGSOSendZeroAllocs(t *testing.T) {
-	a, b, _ := openPair(t, netcfg.TwoHostsOptions{})
-	frames := batch(t, a, b, a.BatchSize(), 1024)
-	bufs := make([][]byte, len(frames))
-	for i := range bufs {
-		bufs[i] = make([]byte, 2048)
-	}
-	sizes := make([]int, len(bufs))
-	wd := linktest.NewWatchdog(linktest.Timeout, b)
-	defer wd.Stop()
-	roundTrip(t, wd, a, b, frames, bufs, sizes) // warm up
-	if n := testing.AllocsPerRun(50, func() { roundTrip(t, wd, a, b, frames, bufs, sizes) }); n != 0 {
-		t.Fatalf("%v allocations per batch of %d frames", n, len(frames))
-	}
+	a := zeroAllocRoundTrips(t, 1024)
 	needGSO(t, a)
 	if st := a.Stats(); st.TxGSO == 0 || st.TxICRCPatched == 0 {
 		t.Fatalf("no super-packets sent: %+v", st)
@@ -354,26 +339,7 @@ func TestRCOverVethGSO(t *testing.T) {
 	for _, pmtu := range []bth.MTU{bth.MTU1024, bth.MTU4096} {
 		t.Run(pmtu.String(), func(t *testing.T) {
 			da, db, a, b := openDevices(t, netcfg.TwoHostsOptions{MTU: 9000}, false)
-			p, err := bench.NewPair(da, db, bench.PairConfig{MTU: pmtu, BufSize: 4 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			for _, c := range bench.RunChecks(ctx, p) {
-				if c.Err != nil {
-					t.Errorf("%s: %v", c.Name, c.Err)
-				}
-			}
-			r, err := bench.WriteBW(ctx, p, 64<<10, 200, 16, 0)
-			if err != nil {
-				t.Fatalf("WriteBW: %v", err)
-			}
-			t.Logf("RDMA WRITE 64 KiB x %d: %.1f MB/s", r.Iters, r.BytesPerSec/1e6)
-			if n := da.Counters.RxICRCErrors.Load() + db.Counters.RxICRCErrors.Load(); n != 0 {
-				t.Errorf("%d ICRC errors", n)
-			}
+			checkRC(t, da, db, pmtu)
 			needGSO(t, a)
 			as, bs := a.Stats(), b.Stats()
 			t.Logf("A sent %d frames, %d super-packets (%d segments); B split %d into %d",
