@@ -95,35 +95,18 @@ func TestGSOSplit(t *testing.T) {
 			}
 			// A super-datagram holds at most 64 segments and 64 KiB.
 			per := min(64, (65535-28)/(len(frames[0])-28))
-			bufs := make([][]byte, 16) // fewer than n: segments span Reads
-			for i := range bufs {
-				bufs[i] = make([]byte, tc.mtu+ethHdr)
-			}
-			sizes := make([]int, len(bufs))
-			wd := linktest.NewWatchdog(linktest.Timeout, b)
-			defer wd.Stop()
-			var p wire.Packet
-			for got := 0; got < n; {
-				k, err := b.Read(bufs, sizes, 0)
-				if err != nil {
-					t.Fatal(wd.Err(err, got, n))
+			// 16 buffers, fewer than n: segments span Reads.
+			readFrames(t, b, n, 16, tc.mtu+ethHdr, func(got int, f []byte) {
+				wantID := uint16(got % per) // segment number in its super-datagram
+				if tc.noGSO || got >= run {
+					wantID = 0
 				}
-				for j := range k {
-					if got >= n {
-						t.Fatalf("more than %d frames", n)
-					}
-					f := bufs[j][:sizes[j]]
-					wantID := uint16(got % per) // segment number in its super-datagram
-					if tc.noGSO || got >= run {
-						wantID = 0
-					}
-					checkSegment(t, got, f, frames[got], tc.v6, wantID)
-					if err := p.Decode(f, wire.FramingEthernet); err != nil {
-						t.Fatalf("frame %d: %v", got, err)
-					}
-					got++
+				checkSegment(t, got, f, frames[got], tc.v6, wantID)
+				var p wire.Packet
+				if err := p.Decode(f, wire.FramingEthernet); err != nil {
+					t.Fatalf("frame %d: %v", got, err)
 				}
-			}
+			})
 			us, bs := u.Stats(), b.Stats()
 			wantGSO := uint64((run + per - 1) / per)
 			if tc.noGSO {
@@ -302,5 +285,32 @@ func checkRC(t *testing.T, da, db *hca.Device, pmtu bth.MTU) {
 	t.Logf("RDMA WRITE 64 KiB x %d: %.1f MB/s", r.Iters, r.BytesPerSec/1e6)
 	if n := da.Counters.RxICRCErrors.Load() + db.Counters.RxICRCErrors.Load(); n != 0 {
 		t.Errorf("%d ICRC errors", n)
+	}
+}
+
+// readFrames reads n frames from r, in Reads of up to nbufs buffers of
+// bufLen bytes, and calls each with every frame's index and bytes. A read
+// error, more than n frames or linktest.Timeout without them fail t.
+func readFrames(t *testing.T, r link.Endpoint, n, nbufs, bufLen int, each func(i int, f []byte)) {
+	t.Helper()
+	bufs := make([][]byte, nbufs)
+	for i := range bufs {
+		bufs[i] = make([]byte, bufLen)
+	}
+	sizes := make([]int, nbufs)
+	wd := linktest.NewWatchdog(linktest.Timeout, r)
+	defer wd.Stop()
+	for got := 0; got < n; {
+		k, err := r.Read(bufs, sizes, 0)
+		if err != nil {
+			t.Fatal(wd.Err(err, got, n))
+		}
+		for j := range k {
+			if got >= n {
+				t.Fatalf("more than %d frames", n)
+			}
+			each(got, bufs[j][:sizes[j]])
+			got++
+		}
 	}
 }

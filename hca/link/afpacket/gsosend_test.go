@@ -133,43 +133,27 @@ func TestGSOSend(t *testing.T) {
 			if w, err := a.Write(frames, 0); w != n || err != nil {
 				t.Fatalf("Write = %d, %v", w, err)
 			}
-			bufs := make([][]byte, 16) // fewer than n: segments span Reads
-			for i := range bufs {
-				bufs[i] = make([]byte, tc.mtu+ethHdr)
-			}
-			sizes := make([]int, len(bufs))
-			wd := linktest.NewWatchdog(linktest.Timeout, b)
-			defer wd.Stop()
+			// 16 buffers, fewer than n: segments span Reads.
 			var p wire.Packet
-			for got := 0; got < n; {
-				k, err := b.Read(bufs, sizes, 0)
-				if err != nil {
-					t.Fatal(wd.Err(err, got, n))
+			readFrames(t, b, n, 16, tc.mtu+ethHdr, func(got int, f []byte) {
+				want := frames[got]
+				if !linktest.Equivalent(f, want, link.FormatEthernet) {
+					t.Fatalf("frame %d is not the frame sent:\n got %x\nwant %x", got, f[:64], want[:64])
 				}
-				for j := range k {
-					if got >= n {
-						t.Fatalf("more than %d frames", n)
-					}
-					f, want := bufs[j][:sizes[j]], frames[got]
-					if !linktest.Equivalent(f, want, link.FormatEthernet) {
-						t.Fatalf("frame %d is not the frame sent:\n got %x\nwant %x", got, f[:64], want[:64])
-					}
-					if err := p.Decode(f, wire.FramingEthernet); err != nil {
-						t.Fatalf("frame %d: %v", got, err)
-					}
-					if !tc.v6 {
-						wantID := binary.BigEndian.Uint16(want[ethHdr+4:])
-						if !tc.noGSO && got < run && a.GSO() {
-							first := got - got%per
-							wantID = binary.BigEndian.Uint16(frames[first][ethHdr+4:]) + uint16(got%per)
-						}
-						if id := binary.BigEndian.Uint16(f[ethHdr+4:]); id != wantID {
-							t.Fatalf("frame %d: IPv4 ID %d, want %d", got, id, wantID)
-						}
-					}
-					got++
+				if err := p.Decode(f, wire.FramingEthernet); err != nil {
+					t.Fatalf("frame %d: %v", got, err)
 				}
-			}
+				if !tc.v6 {
+					wantID := binary.BigEndian.Uint16(want[ethHdr+4:])
+					if !tc.noGSO && got < run && a.GSO() {
+						first := got - got%per
+						wantID = binary.BigEndian.Uint16(frames[first][ethHdr+4:]) + uint16(got%per)
+					}
+					if id := binary.BigEndian.Uint16(f[ethHdr+4:]); id != wantID {
+						t.Fatalf("frame %d: IPv4 ID %d, want %d", got, id, wantID)
+					}
+				}
+			})
 			if !tc.noGSO {
 				needGSO(t, a)
 			}
@@ -230,33 +214,16 @@ func TestGSOSendToUDPLink(t *testing.T) {
 			if w, err := a.Write(frames, 0); w != n || err != nil {
 				t.Fatalf("Write = %d, %v", w, err)
 			}
-			bufs := make([][]byte, 64)
-			for i := range bufs {
-				bufs[i] = make([]byte, 2048)
-			}
-			sizes := make([]int, len(bufs))
-			wd := linktest.NewWatchdog(linktest.Timeout, u)
-			defer wd.Stop()
 			var p wire.Packet
-			for got := 0; got < n; {
-				k, err := u.Read(bufs, sizes, 0)
-				if err != nil {
-					t.Fatal(wd.Err(err, got, n))
+			readFrames(t, u, n, 64, 2048, func(got int, f []byte) {
+				want := frames[got][ethHdr:]
+				if err := p.Decode(f, wire.FramingIP); err != nil {
+					t.Fatalf("frame %d: %v", got, err)
 				}
-				for j := range k {
-					if got >= n {
-						t.Fatalf("more than %d frames", n)
-					}
-					f, want := bufs[j][:sizes[j]], frames[got][ethHdr:]
-					if err := p.Decode(f, wire.FramingIP); err != nil {
-						t.Fatalf("frame %d: %v", got, err)
-					}
-					if !linktest.Equivalent(f, want, link.FormatIP) {
-						t.Fatalf("frame %d is not the packet sent:\n got %x\nwant %x", got, f[:48], want[:48])
-					}
-					got++
+				if !linktest.Equivalent(f, want, link.FormatIP) {
+					t.Fatalf("frame %d is not the packet sent:\n got %x\nwant %x", got, f[:48], want[:48])
 				}
-			}
+			})
 			needGSO(t, a)
 			if as := a.Stats(); as.TxGSO == 0 || as.TxGSOSegments != run {
 				t.Errorf("sender %+v: want super-packets of %d segments in all", as, run)
