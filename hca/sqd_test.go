@@ -33,7 +33,14 @@ func waitEvent(t *testing.T, d *hca.Device) hca.AsyncEvent {
 // RTS -> SQD with en_sqd_async_notify: the WQEs already started finish and
 // complete, no new one starts, then SQ_DRAINED; back in RTS the rest go.
 func TestSQDrainedEvent(t *testing.T) {
-	da, db := pair(t, memlink.Config{QueueLen: 4096})
+	// The responder's ACKs take 100 ms to come back, so the requester is
+	// still waiting on its unacknowledged-PSN window when SQD stops it, on
+	// however slow or busy a machine: without the delay a fast requester
+	// could finish all 40 WRs before Modify runs (it did, once, in CI).
+	// The ACK timeout (537 ms) stays well above the delay.
+	rcTimeout = 17
+	defer func() { rcTimeout = 14 }()
+	da, db := pair(t, memlink.Config{QueueLen: 4096, BtoA: memlink.Faults{Delay: 100 * time.Millisecond}})
 	a := newEnd(t, da, hca.RC, 1<<20, allAccess)
 	b := newEnd(t, db, hca.RC, 1<<20, allAccess)
 	connect(t, a, b, bth.MTU1024, 0, 0)
@@ -49,8 +56,9 @@ func TestSQDrainedEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// 64 KiB WRITEs are 64 packets each: the 128-PSN window lets only a
-	// few start before SQD stops the requester.
+	// 64 KiB WRITEs are 64 packets each: the unacknowledged-PSN window
+	// (at most 512 PSNs) lets only a few start before SQD stops the
+	// requester, since no ACK arrives for 100 ms.
 	const n = 40
 	for i := range n {
 		if err := a.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
@@ -63,6 +71,7 @@ func TestSQDrainedEvent(t *testing.T) {
 		t.Fatalf("event %v, want SQ_DRAINED", e.Type)
 	}
 	done := a.cq.Len()
+	t.Logf("%d of %d WRs completed when the SQ drained", done, n)
 	if done == 0 || done == n {
 		t.Fatalf("%d of %d WRs completed when the SQ drained; want some, not all", done, n)
 	}
