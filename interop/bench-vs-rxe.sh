@@ -2,7 +2,7 @@
 # bench-vs-rxe.sh - goroce against kernel rxe on the same VM, same vCPUs, same kind of path.
 #
 #   interop/bench-vs-rxe.sh [-n ITERS | -D SECS] [-l ITERS] [-r REPS] [-m LINKMTU[,LINKMTU]]
-#                           [-M MODE[,MODE]] [-L udp|afpacket] [-G FLAGS] [-c tsc|hpet] [-e K=V]... [-k] [-w]
+#                           [-M MODE[,MODE]] [-L udp|afpacket] [-G FLAGS] [-K SUITE] [-c tsc|hpet] [-e K=V]... [-k] [-w]
 #
 # Boots its own interop VM (netns goroce-bvr, bridge grbvr0, tap grbvrtap0, 10.67.0.0/24,
 # qemu -name goroce-bvr-vm, state in .cache/run-bvr, 9p share .cache/share-bvr), so it never
@@ -21,7 +21,9 @@
 # -l ITERS of send_lat (2000); -r REPS (3); -m link MTUs (1500; "1500,9000" adds IB MTU 4096);
 # -M the modes to run (write_bw,send_bw,read_bw,send_lat); -L goroce's link (udp: a UDP socket,
 # as rxe's; afpacket: a packet socket on the same veth, frames leave without the IP/UDP stack);
-# -G FLAGS more goroce bench flags (e.g. --busy-poll=false);
+# -G FLAGS more goroce bench flags (e.g. --busy-poll=false); -K SUITE boots that suite's Debian
+# kernel instead of bookworm's (e.g. bookworm-backports: 6.12, which takes UDP GSO from packet
+# sockets; Linux 6.1 refuses it), same userspace, its own cached kernel and initramfs;
 # -c guest clocksource: tsc (default; boots with tsc=reliable) or hpet (what TCG picks by
 # itself: every clock_gettime is then an emulated HPET read, ~17 us, which the Go runtime does
 # constantly and perftest/rxe hardly); -e K=V sets K=V for both stacks' processes (GOMAXPROCS=1,
@@ -42,13 +44,18 @@ export GOROCE_INTEROP_NETNS=goroce-bvr GOROCE_INTEROP_BRIDGE=grbvr0 GOROCE_INTER
 
 DUR= BW_ITERS=500 LAT_ITERS=2000 REPS=3 MTUS=1500 CLOCK=tsc KEEP=0 ENVS=() WORKTREE=0
 MODES=write_bw,send_bw,read_bw,send_lat GLINK=udp GFLAGS=
-while getopts "n:D:l:r:m:M:L:G:c:e:kwh" o; do
+KSUITE_OPT=
+while getopts "n:D:l:r:m:M:L:G:K:c:e:kwh" o; do
   case $o in
     n) BW_ITERS=$OPTARG ;; D) DUR=$OPTARG ;; l) LAT_ITERS=$OPTARG ;; r) REPS=$OPTARG ;;
-    m) MTUS=$OPTARG ;; M) MODES=$OPTARG ;; L) GLINK=$OPTARG ;; G) GFLAGS=$OPTARG ;; c) CLOCK=$OPTARG ;; e) ENVS+=(-e "$OPTARG") ;; k) KEEP=1 ;; w) WORKTREE=1 ;;
-    *) sed -n '2,31p' "$0"; exit 2 ;;
+    m) MTUS=$OPTARG ;; M) MODES=$OPTARG ;; L) GLINK=$OPTARG ;; G) GFLAGS=$OPTARG ;; K) KSUITE_OPT=$OPTARG ;; c) CLOCK=$OPTARG ;; e) ENVS+=(-e "$OPTARG") ;; k) KEEP=1 ;; w) WORKTREE=1 ;;
+    *) sed -n '2,33p' "$0"; exit 2 ;;
   esac
 done
+if [ -n "$KSUITE_OPT" ]; then   # lib.sh derives the kernel and initramfs paths from it
+  export GOROCE_INTEROP_KERNEL_SUITE=$KSUITE_OPT
+  . "$IOP/lib.sh"
+fi
 case $CLOCK in
   tsc) export GOROCE_INTEROP_KERNEL_ARGS=tsc=reliable KERNEL_ARGS=tsc=reliable ;;
   hpet) export GOROCE_INTEROP_KERNEL_ARGS= KERNEL_ARGS= ;;
@@ -105,7 +112,8 @@ G=/mnt/host/bench-vs-rxe-guest.sh
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 "$IOP/up.sh" || exit 2
 GUEST_CLOCK=$(vmx 'cat /sys/devices/system/clocksource/clocksource0/current_clocksource' 2>/dev/null)
-log "guest clocksource: $GUEST_CLOCK"
+GUEST_KERNEL=$(vmx 'uname -r' 2>/dev/null)
+log "guest clocksource: $GUEST_CLOCK, kernel $GUEST_KERNEL"
 
 # bench STACK MODE FLAGS... runs one server+client pair in the guest, logs everything and
 # prints the client's output.
@@ -155,7 +163,7 @@ vmx "$G teardown" >/dev/null 2>&1
 
 # 4. The table: median over the repetitions per (mtu, mode, metric, stack).
 {
-  echo "goroce vs kernel rxe, same VM ($(cat "$RUN/accel" 2>/dev/null || echo ?), $VCPUS vCPU, clocksource $GUEST_CLOCK, host load $LOAD0 -> $(cut -d' ' -f1-3 /proc/loadavg)), veth at the same MTU, goroce $REV --link $GLINK${GFLAGS:+ $GFLAGS}${ENVS[*]:+, env ${ENVS[*]}}"
+  echo "goroce vs kernel rxe, same VM ($(cat "$RUN/accel" 2>/dev/null || echo ?), $VCPUS vCPU, Linux $GUEST_KERNEL, clocksource $GUEST_CLOCK, host load $LOAD0 -> $(cut -d' ' -f1-3 /proc/loadavg)), veth at the same MTU, goroce $REV --link $GLINK${GFLAGS:+ $GFLAGS}${ENVS[*]:+, env ${ENVS[*]}}"
   echo "bw: $BWRUN per run; send_lat: -n $LAT_ITERS; median of $REPS alternating runs; MB/s = 2^20 B/s as perftest prints"
   awk -F'\t' '
     NR == 1 { next }

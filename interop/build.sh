@@ -8,7 +8,9 @@
 #              perftest, rdmacm-utils, tcpdump, iproute2, ... from the mirror named in this
 #              machine's apt configuration (.deb files cached in .cache/debs)
 #   kernel     Debian's linux-image-amd64 (whatever it depends on today) and the closure of the
-#              kernel modules the guest needs (rdma_rxe, virtio, 9p, veth, netem, ...)
+#              kernel modules the guest needs (rdma_rxe, virtio, 9p, veth, netem, ...);
+#              GOROCE_INTEROP_KERNEL_SUITE=bookworm-backports takes that suite's instead (read
+#              from the mirror's Packages index, checked against its SHA256) into .cache/kernel-SUITE
 #   agent      static Go command agent (interop/agent, stdlib only)
 #   image      rootfs + modules + guest/ overlay + agent -> uncompressed newc initramfs;
 #              rebuilt whenever the agent or the overlay changed
@@ -59,7 +61,7 @@ stage_hosttools() {
   local need=() c p
   for c in qemu-system-x86_64:qemu-system-x86 debootstrap:debootstrap cpio:cpio depmod:kmod \
            tcpdump:tcpdump tshark:tshark nft:nftables ip:iproute2 ping:iputils-ping \
-           dpkg-deb:dpkg sha256sum:coreutils; do
+           dpkg-deb:dpkg sha256sum:coreutils curl:curl xz:xz-utils; do
     command -v "${c%%:*}" >/dev/null || need+=("${c#*:}")
   done
   # debootstrap needs the archive keyring to check the Release file
@@ -90,20 +92,52 @@ stage_base() {
   touch "$dst/.done"
 }
 
+# fetch_suite_kernel SUITE downloads SUITE's linux-image-amd64 target package from the apt
+# mirror (its Packages index names the file and its SHA256) into .cache/debs and prints the path.
+fetch_suite_kernel() {
+  local ks=$1 mirror idx=$CACHE/debs/Packages-$1 kpkg fn sum deb
+  mirror=$(apt_mirror_url) || die "kernel: no '$SUITE' deb source in /etc/apt/sources.list{,.d/*}"
+  curl -fsS --retry 3 -o "$idx.xz" "$mirror/dists/$ks/main/binary-amd64/Packages.xz" \
+    || die "kernel: cannot fetch $ks's Packages index"
+  xz -dcf "$idx.xz" > "$idx"
+  pkgfield() { awk -v p="$1" -v f="$2:" '$1 == "Package:" { on = ($2 == p) } on && $1 == f { $1 = ""; sub(/^ /, ""); print; exit }' "$idx"; }
+  kpkg=$(pkgfield linux-image-amd64 Depends | grep -o 'linux-image-[0-9][^ ,]*' | head -1)
+  [ -n "$kpkg" ] || die "kernel: $ks has no linux-image-amd64"
+  fn=$(pkgfield "$kpkg" Filename) sum=$(pkgfield "$kpkg" SHA256)
+  [ -n "$fn" ] && [ -n "$sum" ] || die "kernel: $ks's index has no file for $kpkg"
+  deb=$CACHE/debs/${fn##*/}
+  log "kernel: $kpkg from $ks"
+  if ! echo "$sum  $deb" | sha256sum -c --status 2>/dev/null; then
+    curl -fsS --retry 3 -o "$deb.tmp" "$mirror/$fn" || die "kernel: cannot fetch $fn"
+    echo "$sum  $deb.tmp" | sha256sum -c --status || die "kernel: $fn does not match its SHA256"
+    mv "$deb.tmp" "$deb"
+  fi
+  echo "$deb"
+}
+
 stage_kernel() {
-  local kd=$CACHE/kernel
+  local kd=$KDIR
   if [ -f "$kd/.done" ] && [ $FORCE = 0 ]; then log "kernel: cached ($(cat "$kd/version"))"; return; fi
-  # linux-image-amd64 is a metapackage; its Depends names today's linux-image-6.1.0-N-amd64.
-  local kpkg=""
-  resolve() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }'; }
-  kpkg=$(resolve)
-  if [ -z "$kpkg" ]; then apt-get update -qq; kpkg=$(resolve); fi
-  [ -n "$kpkg" ] || die "kernel: cannot resolve linux-image-amd64 with apt-cache"
-  log "kernel: $kpkg"
-  (cd "$CACHE/debs" && { ls "${kpkg}"_*.deb >/dev/null 2>&1 || apt-get -q -o APT::Sandbox::User=root download "$kpkg" >/dev/null; })
-  local deb; deb=$(ls -t "$CACHE/debs/${kpkg}"_*.deb | head -1)
+  local deb
+  if [ -n "$KSUITE" ]; then
+    deb=$(fetch_suite_kernel "$KSUITE")
+  else
+    # linux-image-amd64 is a metapackage; its Depends names today's linux-image-6.1.0-N-amd64.
+    local kpkg=""
+    resolve() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }'; }
+    kpkg=$(resolve)
+    if [ -z "$kpkg" ]; then apt-get update -qq; kpkg=$(resolve); fi
+    [ -n "$kpkg" ] || die "kernel: cannot resolve linux-image-amd64 with apt-cache"
+    log "kernel: $kpkg"
+    (cd "$CACHE/debs" && { ls "${kpkg}"_*.deb >/dev/null 2>&1 || apt-get -q -o APT::Sandbox::User=root download "$kpkg" >/dev/null; })
+    deb=$(ls -t "$CACHE/debs/${kpkg}"_*.deb | head -1)
+  fi
   rm -rf "$kd"; mkdir -p "$kd/full"
   dpkg-deb -x "$deb" "$kd/full"
+  # Newer packages (backports of 6.12 on) ship usr/lib/modules; depmod/modprobe -d want lib/modules.
+  if [ ! -d "$kd/full/lib/modules" ] && [ -d "$kd/full/usr/lib/modules" ]; then
+    ln -s usr/lib "$kd/full/lib"
+  fi
   local kver; kver=$(ls "$kd/full/lib/modules")
   echo "$kver" > "$kd/version"
   cp "$kd/full/boot/vmlinuz-$kver" "$KERNEL"
@@ -118,6 +152,7 @@ stage_kernel() {
   local out=$kd/modules p
   while read -r p; do
     p=${p#"$kd/full/"}
+    p=${p#usr/}   # usr/lib/modules/... is reached through the lib symlink above
     mkdir -p "$out/${p%/*}"
     cp "$kd/full/$p" "$out/$p"
   done < "$sel"
@@ -138,7 +173,7 @@ stage_agent() {
 # image_inputs prints a hash over everything the image is assembled from except the cached
 # base/kernel trees, so edits to the overlay or the agent rebuild the initramfs.
 image_inputs() {
-  { sha256sum "$AGENT_BIN" "$CACHE/kernel/version"
+  { sha256sum "$AGENT_BIN" "$KDIR/version"
     (cd "$IOP_DIR/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum)
     cat "$CACHE/rootfs-base/.done" 2>/dev/null; stat -c %Y "$CACHE/rootfs-base/.done"
   } | sha256sum | cut -d' ' -f1
@@ -146,10 +181,10 @@ image_inputs() {
 
 stage_image() {
   [ -f "$CACHE/rootfs-base/.done" ] || die "image: run the base stage first"
-  [ -f "$CACHE/kernel/.done" ] || die "image: run the kernel stage first"
+  [ -f "$KDIR/.done" ] || die "image: run the kernel stage first"
   [ -x "$AGENT_BIN" ] || die "image: run the agent stage first"
   local stamp; stamp=$(image_inputs)
-  if [ -f "$INITRD" ] && [ "$(cat "$CACHE/image.stamp" 2>/dev/null)" = "$stamp" ] && [ $FORCE = 0 ]; then
+  if [ -f "$INITRD" ] && [ "$(cat "$CACHE/image$KTAG.stamp" 2>/dev/null)" = "$stamp" ] && [ $FORCE = 0 ]; then
     log "image: cached"; return
   fi
   local st=$CACHE/rootfs-stage
@@ -161,7 +196,7 @@ stage_image() {
          "$st"/var/cache/apt/* "$st"/var/lib/apt/lists/* "$st"/var/log/* \
          "$st"/usr/lib/udev/hwdb.bin "$st"/etc/udev/hwdb.bin
   # bookworm is merged-/usr: /lib -> usr/lib, so modules land in usr/lib/modules
-  cp -a "$CACHE/kernel/modules/lib/." "$st/usr/lib/"
+  cp -a "$KDIR/modules/lib/." "$st/usr/lib/"
   cp -a "$IOP_DIR/guest/." "$st/"
   install -D -m 0755 "$AGENT_BIN" "$st/usr/local/sbin/goroce-interop-agent"
   ln -sf /bin/busybox "$st/init"
@@ -170,7 +205,7 @@ stage_image() {
   : > "$st/etc/fstab"
   (cd "$st" && find . -xdev -print0 | cpio --null -o -H newc --quiet) > "$INITRD.tmp"
   mv "$INITRD.tmp" "$INITRD"
-  echo "$stamp" > "$CACHE/image.stamp"
+  echo "$stamp" > "$CACHE/image$KTAG.stamp"
   log "image: $INITRD $(du -h "$INITRD" | cut -f1), $(find "$st" -xdev | wc -l) files"
   rm -rf "$st"
 }

@@ -11,8 +11,15 @@ CACHE=${GOROCE_INTEROP_CACHE:-$IOP_DIR/.cache}
 RUN=${GOROCE_INTEROP_RUN:-$CACHE/run}  # runtime state of the one VM: sockets, logs, pid file
 SHARE=${GOROCE_INTEROP_SHARE:-$CACHE/share}  # 9p-exported to the guest as /mnt/host
 AGENT_BIN=$CACHE/bin/goroce-interop-agent
-KERNEL=$CACHE/vmlinuz
-INITRD=$CACHE/rootfs.cpio               # uncompressed newc cpio: unpacks fastest under TCG
+# GOROCE_INTEROP_KERNEL_SUITE picks the guest kernel's suite, e.g. bookworm-backports (Debian's
+# linux-image-amd64 of that suite, fetched from the same mirror); empty means $SUITE's kernel as
+# this machine's apt configuration resolves it.  Every other suite gets its own kernel tree,
+# vmlinuz and initramfs in the cache, so switching never rebuilds the default image.
+KSUITE=${GOROCE_INTEROP_KERNEL_SUITE:-}
+KTAG=${KSUITE:+-$KSUITE}
+KDIR=$CACHE/kernel$KTAG
+KERNEL=$CACHE/vmlinuz$KTAG
+INITRD=$CACHE/rootfs$KTAG.cpio          # uncompressed newc cpio: unpacks fastest under TCG
 
 NETNS=${GOROCE_INTEROP_NETNS:-goroce-interop}
 BR=${GOROCE_INTEROP_BRIDGE:-gribr0}
