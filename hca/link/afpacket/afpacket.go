@@ -41,6 +41,14 @@ type Config struct {
 	RecvBuf, SendBuf int
 	// NoGSO sends every frame as its own skb: no UDP GSO super-packets.
 	NoGSO bool
+	// NoRing receives with recvmmsg from the socket queue instead of
+	// from a PACKET_RX_RING (ring.go). Open also falls back to recvmmsg
+	// when the kernel refuses the ring (RingErr says why).
+	NoRing bool
+	// RingBytes is the receive ring's size in bytes, rounded down to
+	// 64 KiB blocks (at least one); 0 means DefaultRingBytes, the most is
+	// 64 MiB. The kernel pins this much memory per endpoint.
+	RingBytes int
 }
 
 // Errors Open wraps; the message names the interface (and address).
@@ -60,6 +68,9 @@ type Stats struct {
 	RxMalformed   uint64 // dropped: a GSO frame that cannot be segmented, or bad checksum offload offsets
 	RxGSO         uint64 // UDP GSO frames (veth/bridge pass them unsegmented) split into segments
 	RxGSOSegments uint64 // frames delivered from them
+	RxRingFrames  uint64 // ring slots taken (frames delivered or dropped)
+	RxCopies      uint64 // of which larger than a slot, read whole from the socket (TP_STATUS_COPY)
+	RxSyscalls    uint64 // receive system calls made by Read and TryRead (recvmmsg; recvmsg for copies)
 	TxFrames      uint64 // handed to the device
 	TxGSO         uint64 // UDP GSO super-packets sent (one skb each)
 	TxGSOSegments uint64 // frames sent in them
@@ -67,6 +78,9 @@ type Stats struct {
 	TxDropped     uint64 // refused by the device queue (ENOBUFS): lost on the wire (a super-packet's whole run)
 	TxRejected    uint64 // refused by Write: over the MTU or runt
 	HeldPorts     int    // addresses whose UDP port 4791 Open holds
+	RingFrames    int    // receive ring slots (0: no ring, recvmmsg)
+	RingFrameSize int    // bytes per slot (tp_frame_size)
+	RingBytes     int    // bytes mapped for the ring
 }
 
 // Endpoint is an AF_PACKET link on one interface. See link.Endpoint for
@@ -95,9 +109,11 @@ type Endpoint struct {
 	st struct {
 		rxFrames, rxTooLarge, rxRunt, rxKernelDrop atomic.Uint64
 		rxMalformed, rxGSO, rxGSOSegments          atomic.Uint64
+		rxRingFrames, rxCopies, rxSyscalls         atomic.Uint64
 		txFrames, txDropped, txRejected            atomic.Uint64
 		txGSO, txGSOSegments, txICRCPatched        atomic.Uint64
 	}
+	ringErr error       // why Open fell back from the ring to recvmmsg
 	gso     atomic.Bool // send super-packets (until the kernel refuses one)
 	statsMu sync.Mutex  // serialises PACKET_STATISTICS reads (they reset the kernel counter)
 }
@@ -121,6 +137,12 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	if cfg.RecvBuf == 0 {
 		cfg.RecvBuf = 4 << 20
+	}
+	if cfg.RingBytes < 0 || cfg.RingBytes > maxRingBytes {
+		return nil, fmt.Errorf("afpacket: ring of %d bytes: want 0 to %d", cfg.RingBytes, maxRingBytes)
+	}
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = DefaultRingBytes
 	}
 	e := &Endpoint{cfg: cfg, ifname: cfg.Interface}
 	err := cfg.NetNS.Do(e.open)
@@ -191,6 +213,13 @@ func (e *Endpoint) open() error {
 	// Before bind, so every frame comes with its header (gso.go).
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
 		return fmt.Errorf("afpacket: %s: PACKET_VNET_HDR: %w", name, err)
+	}
+	// The ring, also before bind: a socket bound without it would queue
+	// frames that a ring reader never looks at.
+	if !e.cfg.NoRing {
+		if err := e.setupRing(fd); err != nil {
+			e.ringErr = fmt.Errorf("afpacket: %s: receive ring: %w", name, err)
+		}
 	}
 	setBuffers(fd, e.cfg.RecvBuf, e.cfg.SendBuf)
 	if e.sndbuf, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil {
@@ -290,6 +319,15 @@ func setBuffers(fd, rcv, snd int) {
 // kernel refused one.
 func (e *Endpoint) GSO() bool { return e.gso.Load() }
 
+// Ring reports whether frames are received from a PACKET_RX_RING (ring.go)
+// rather than with recvmmsg: not with Config.NoRing, nor when the kernel
+// refused the ring (RingErr).
+func (e *Endpoint) Ring() bool { return e.rx.ring.mem != nil }
+
+// RingErr is why Open fell back to recvmmsg, or nil (ring on, or
+// Config.NoRing).
+func (e *Endpoint) RingErr() error { return e.ringErr }
+
 // Interface is the interface name.
 func (e *Endpoint) Interface() string { return e.ifname }
 
@@ -324,8 +362,11 @@ func (e *Endpoint) Close() error {
 
 func (e *Endpoint) closeFDs() {
 	if e.file != nil {
+		// Returns once no RawConn callback runs (ring.go): only then
+		// may the ring go.
 		e.file.Close()
 	}
+	e.rx.ring.unmap()
 	for _, fd := range e.holds {
 		unix.Close(fd)
 	}
@@ -352,9 +393,11 @@ func (e *Endpoint) Stats() Stats {
 		RxFrames: c.rxFrames.Load(), RxTooLarge: c.rxTooLarge.Load(), RxRunt: c.rxRunt.Load(),
 		RxKernelDrop: c.rxKernelDrop.Load(), RxMalformed: c.rxMalformed.Load(),
 		RxGSO: c.rxGSO.Load(), RxGSOSegments: c.rxGSOSegments.Load(),
+		RxRingFrames: c.rxRingFrames.Load(), RxCopies: c.rxCopies.Load(), RxSyscalls: c.rxSyscalls.Load(),
 		TxFrames: c.txFrames.Load(), TxGSO: c.txGSO.Load(), TxGSOSegments: c.txGSOSegments.Load(),
 		TxICRCPatched: c.txICRCPatched.Load(), TxDropped: c.txDropped.Load(), TxRejected: c.txRejected.Load(),
-		HeldPorts: e.held,
+		HeldPorts: e.held, RingFrames: e.rx.ring.frames, RingFrameSize: e.rx.ring.frameSize,
+		RingBytes: len(e.rx.ring.mem),
 	}
 }
 

@@ -35,6 +35,8 @@ func TestLinktest(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
 	linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
 		a, b, _ := openPair(t, netcfg.TwoHostsOptions{})
+		needRing(t, a)
+		needRing(t, b)
 		return a, b
 	})
 }
@@ -218,5 +220,6 @@ func TestReadTruncated(t *testing.T) {
 func TestPoller(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
 	a, b, _ := openPair(t, netcfg.TwoHostsOptions{})
+	needRing(t, b)
 	linktest.Poller(t, a, b)
 }

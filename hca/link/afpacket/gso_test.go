@@ -22,6 +22,12 @@ import (
 // veth-b: the udp link's GSO super-datagrams cross the veth whole.
 func udpToPacket(t *testing.T, opts netcfg.TwoHostsOptions, v6, noGSO bool) (*udp.Endpoint, *Endpoint, *netcfg.Hosts) {
 	t.Helper()
+	return udpToPacketCfg(t, opts, v6, noGSO, Config{})
+}
+
+// udpToPacketCfg is udpToPacket with cfg for the packet socket.
+func udpToPacketCfg(t *testing.T, opts netcfg.TwoHostsOptions, v6, noGSO bool, cfg Config) (*udp.Endpoint, *Endpoint, *netcfg.Hosts) {
+	t.Helper()
 	h := netcfg.TwoHosts(t, opts)
 	src := h.A.Addr
 	if v6 {
@@ -36,7 +42,8 @@ func udpToPacket(t *testing.T, opts netcfg.TwoHostsOptions, v6, noGSO bool) (*ud
 	if !noGSO && !u.GSO() {
 		t.Skip("kernel has no UDP_SEGMENT")
 	}
-	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
+	cfg.Interface, cfg.NetNS = h.B.Ifname, h.B.NS
+	b, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,22 +56,30 @@ func udpToPacket(t *testing.T, opts netcfg.TwoHostsOptions, v6, noGSO bool) (*ud
 // checks each arrives as the packet the kernel's segmentation would have
 // put on a wire: Ethernet + IP + UDP + the original BTH..ICRC, IPv4 ID
 // i for segment i with a valid header checksum, the UDP length and a valid
-// UDP checksum, ICRC verified by wire.Decode.
+// UDP checksum, ICRC verified by wire.Decode. On the receive ring each
+// super-datagram, larger than a slot, is read whole with one recvmsg
+// (TP_STATUS_COPY); without the ring (noring) with recvmmsg.
 func TestGSOSplit(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		v6    bool
-		noGSO bool
-		mtu   int
-		pay   int
+		name   string
+		v6     bool
+		noGSO  bool
+		mtu    int
+		pay    int
+		noRing bool
 	}{
-		{"ipv4-1024", false, false, 1500, 1024},
-		{"ipv4-4096", false, false, 9000, 4096},
-		{"ipv6-1024", true, false, 1500, 1024},
-		{"ipv4-nogso", false, true, 1500, 1024},
+		{"ipv4-1024", false, false, 1500, 1024, false},
+		{"ipv4-4096", false, false, 9000, 4096, false},
+		{"ipv6-1024", true, false, 1500, 1024, false},
+		{"ipv4-nogso", false, true, 1500, 1024, false},
+		{"ipv4-1024-noring", false, false, 1500, 1024, true},
+		{"ipv6-1024-noring", true, false, 1500, 1024, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u, b, h := udpToPacket(t, netcfg.TwoHostsOptions{MTU: tc.mtu, IPv6: tc.v6}, tc.v6, tc.noGSO)
+			u, b, h := udpToPacketCfg(t, netcfg.TwoHostsOptions{MTU: tc.mtu, IPv6: tc.v6}, tc.v6, tc.noGSO, Config{NoRing: tc.noRing})
+			if !tc.noRing {
+				needRing(t, b)
+			}
 			dst := h.B.Addr
 			if tc.v6 {
 				dst = h.B.Addr6
@@ -120,6 +135,16 @@ func TestGSOSplit(t *testing.T) {
 			}
 			if bs.RxFrames != n || bs.RxTooLarge+bs.RxMalformed+bs.RxRunt != 0 {
 				t.Errorf("receiver stats %+v", bs)
+			}
+			// One slot per datagram; a copy and one system call per
+			// super-datagram.
+			slots := wantGSO + n - run
+			if tc.noGSO {
+				slots = n
+			}
+			if !tc.noRing && (bs.RxCopies != wantGSO || bs.RxSyscalls != wantGSO || bs.RxRingFrames != slots) {
+				t.Errorf("ring: %d slots, %d copies, %d receive system calls; want %d, %d, %d",
+					bs.RxRingFrames, bs.RxCopies, bs.RxSyscalls, slots, wantGSO, wantGSO)
 			}
 		})
 	}

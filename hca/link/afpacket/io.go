@@ -64,6 +64,21 @@ type rxState struct {
 	nmsg  int
 	n     int
 	errno unix.Errno
+
+	// The receive ring (ring.go), when ring.mem is set. rbufs, rsizes and
+	// roff are the caller's, for the callback only; rn is what it
+	// delivered.
+	ring       ring
+	rbufs      [][]byte
+	rsizes     []int
+	roff, rn   int
+	copyIov    [2]unix.Iovec
+	copyMsg    unix.Msghdr
+	waits      int                   // ringWait's calls in this WaitRead
+	ringFn     func(fd uintptr) bool // ringRecv
+	ringWaitFn func(fd uintptr) bool // ringWait
+	tryRingFn  func(fd uintptr)      // ringRecv for Control, result in took
+	took       bool
 }
 
 func (r *rxState) init(e *Endpoint) {
@@ -75,6 +90,9 @@ func (r *rxState) init(e *Endpoint) {
 	r.flen = make([]int, n)
 	r.fn = r.recv
 	r.poll.Init(r.recv)
+	r.ringFn = r.ringRecv
+	r.ringWaitFn = r.ringWait
+	r.tryRingFn = func(fd uintptr) { r.took = r.ringRecv(fd) }
 }
 
 func setIov(v *unix.Iovec, b []byte) {
@@ -102,7 +120,14 @@ func (e *Endpoint) WaitRead() error {
 	if e.closed.Load() {
 		return link.ErrClosed
 	}
-	if err := e.rx.poll.Wait(e.rc); err != nil {
+	var err error
+	if e.rx.ring.mem != nil {
+		e.rx.waits = 0
+		err = e.rc.Read(e.rx.ringWaitFn)
+	} else {
+		err = e.rx.poll.Wait(e.rc)
+	}
+	if err != nil {
 		return e.closedErr(err)
 	}
 	return nil
@@ -136,6 +161,21 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 				raceAcquire()
 				e.st.rxFrames.Add(uint64(n))
 				return n, nil
+			}
+			continue
+		}
+		if r.ring.mem != nil {
+			n, again, err := r.ringRead(bufs[:k], sizes, offset, wait)
+			if err != nil {
+				return 0, err
+			}
+			if n > 0 {
+				raceAcquire()
+				e.st.rxFrames.Add(uint64(n))
+				return n, nil
+			}
+			if again {
+				return 0, nil // TryRead: the ring is empty
 			}
 			continue
 		}
@@ -178,6 +218,35 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 			return n, nil
 		}
 	}
+}
+
+// ringRead runs ringRecv once in the RawConn: Read waits in the
+// netpoller while the ring is empty, TryRead does not (again: nothing was
+// there). n counts frames delivered; frames dropped, and pending frames
+// left for the caller's loop, make n 0 with again false.
+func (r *rxState) ringRead(bufs [][]byte, sizes []int, offset int, wait bool) (n int, again bool, err error) {
+	e := r.e
+	r.rbufs, r.rsizes, r.roff, r.rn, r.errno = bufs, sizes, offset, 0, 0
+	took := true
+	if wait {
+		err = e.rc.Read(r.ringFn)
+	} else {
+		// Control, not Read: no system call, and the reference it holds
+		// on the file keeps Close from unmapping the ring under us.
+		err = e.rc.Control(r.tryRingFn)
+		took = r.took
+	}
+	r.rbufs, r.rsizes = nil, nil // do not keep the caller's buffers reachable
+	if err != nil {
+		return 0, false, e.closedErr(err)
+	}
+	if r.errno != 0 {
+		if e.closed.Load() {
+			return 0, false, link.ErrClosed
+		}
+		return 0, false, fmt.Errorf("afpacket: %s: recvmsg: %w", e.ifname, r.errno)
+	}
+	return r.rn, !took && r.pend == r.got, nil
 }
 
 // deliver checks the r.n frames recvmmsg placed and compacts them to the
@@ -317,6 +386,7 @@ func (r *rxState) deliverPending(bufs [][]byte, sizes []int, offset int) int {
 // recv is the RawConn.Read callback.
 func (r *rxState) recv(fd uintptr) bool {
 	for {
+		r.e.st.rxSyscalls.Add(1)
 		n, errno := mmsg(unix.SYS_RECVMMSG, fd, r.msgs[:r.nmsg], unix.MSG_DONTWAIT)
 		switch errno {
 		case 0:
