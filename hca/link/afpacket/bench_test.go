@@ -62,19 +62,22 @@ func zeroAllocRoundTrips(t *testing.T, payload int) *Endpoint {
 }
 
 // BenchmarkWriteRead moves batches of 64 frames across a veth pair
-// (sendmmsg on one end, recvmmsg on the other, one goroutine), each frame
+// (sendmmsg on one end, ring or recvmmsg on the other, one goroutine), each frame
 // its own skb (gso=off) or runs of them as UDP GSO super-packets that the
 // receiving Read splits (gso=on). holder-gro=off leaves UDP_GRO off on the
 // receiver's UDP 4791 holder, so its kernel segments every super-packet
-// for that socket too.
+// for that socket too. The receiver reads from its ring (a recvmsg per
+// super-packet: TP_STATUS_COPY), or with recvmmsg (ring=off).
 func BenchmarkWriteRead(b *testing.B) {
 	for _, tc := range []struct {
-		name         string
-		noGSO, noGRO bool
+		name                 string
+		noGSO, noGRO, noRing bool
 	}{
-		{"gso=off", true, false},
-		{"gso=on", false, false},
-		{"gso=on/holder-gro=off", false, true},
+		{"gso=off", true, false, false},
+		{"gso=on", false, false, false},
+		{"gso=on/holder-gro=off", false, true, false},
+		{"gso=off/ring=off", true, false, true},
+		{"gso=on/ring=off", false, false, true},
 	} {
 		for _, payload := range []int{64, 1024, 4096} {
 			b.Run(fmt.Sprintf("%s/payload=%d", tc.name, payload), func(b *testing.B) {
@@ -89,7 +92,7 @@ func BenchmarkWriteRead(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer ea.Close()
-				eb, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
+				eb, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS, NoRing: tc.noRing})
 				holderNoGRO = false
 				if err != nil {
 					b.Fatal(err)
@@ -115,6 +118,111 @@ func BenchmarkWriteRead(b *testing.B) {
 				if st := ea.Stats(); (st.TxGSO > 0) == tc.noGSO {
 					b.Fatalf("super-packets sent: %d", st.TxGSO)
 				}
+			})
+		}
+	}
+}
+
+// BenchmarkTryReadEmpty is the busy poller's empty poll: a TryRead that
+// finds nothing. On the ring it is a load of one slot's status; without
+// it (ring=off) a recvmmsg that returns EAGAIN.
+func BenchmarkTryReadEmpty(b *testing.B) {
+	for _, noRing := range []bool{false, true} {
+		b.Run(ringName(noRing), func(b *testing.B) {
+			_, e, _ := openPairCfg(b, netcfg.TwoHostsOptions{}, Config{NoRing: noRing})
+			if !noRing {
+				needRing(b, e)
+			}
+			bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+			e.TryRead(bufs, sizes, 0) // the first Read sets up the GSO overflow buffers
+			b.ReportAllocs()
+			for b.Loop() {
+				if n, err := e.TryRead(bufs, sizes, 0); n != 0 || err != nil {
+					b.Fatalf("TryRead = %d, %v", n, err)
+				}
+			}
+		})
+	}
+}
+
+func ringName(noRing bool) string {
+	if noRing {
+		return "ring=off"
+	}
+	return "ring=on"
+}
+
+// BenchmarkPingPong is send_lat -s 2 on the link alone: one frame (a
+// 2-byte RC SEND) from A to B across a veth pair between two namespaces,
+// and B's answer back, per op; ns/op is the round trip. spin: both sides
+// busy-poll with TryRead (hca.Options.BusyPoll), so an empty poll's cost
+// is paid over and over while the frame crosses; block: both wait in Read
+// (the netpoller). It needs two CPUs for the two spinners.
+func BenchmarkPingPong(b *testing.B) {
+	for _, mode := range []string{"spin", "block"} {
+		for _, noRing := range []bool{false, true} {
+			b.Run(mode+"/"+ringName(noRing), func(b *testing.B) {
+				ea, eb, _ := openPairCfg(b, netcfg.TwoHostsOptions{}, Config{NoRing: noRing})
+				ping, err := linktest.Frame(ea, eb, bth.PSN(1), 2)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pong, err := linktest.Frame(eb, ea, bth.PSN(2), 2)
+				if err != nil {
+					b.Fatal(err)
+				}
+				spin := mode == "spin"
+				recv := func(e *Endpoint, bufs [][]byte, sizes []int) error {
+					for {
+						var n int
+						var err error
+						if spin {
+							n, err = e.TryRead(bufs, sizes, 0)
+						} else {
+							n, err = e.Read(bufs, sizes, 0)
+						}
+						if err != nil || n > 0 {
+							return err
+						}
+					}
+				}
+				bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+				// The first Read sets up the GSO overflow buffers.
+				ea.TryRead(bufs, sizes, 0)
+				eb.TryRead(bufs, sizes, 0)
+				done := make(chan error, 1)
+				go func() {
+					bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+					out := [][]byte{pong}
+					for {
+						if err := recv(eb, bufs, sizes); err != nil {
+							done <- err
+							return
+						}
+						if _, err := eb.Write(out, 0); err != nil {
+							done <- err
+							return
+						}
+					}
+				}()
+				wd := linktest.NewWatchdog(time.Minute, ea, eb) // a lost frame fails the benchmark
+				defer wd.Stop()
+				out := [][]byte{ping}
+				b.ReportAllocs()
+				b.SetBytes(int64(len(ping) + len(pong)))
+				for b.Loop() {
+					if _, err := ea.Write(out, 0); err != nil {
+						b.Fatal(err)
+					}
+					if err := recv(ea, bufs, sizes); err != nil {
+						b.Fatal(wd.Err(err, 0, 1))
+					}
+				}
+				b.StopTimer()
+				eb.Close()
+				<-done
+				st := ea.Stats()
+				b.ReportMetric(float64(st.RxSyscalls)/float64(b.N), "rxcalls/op")
 			})
 		}
 	}

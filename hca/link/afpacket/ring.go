@@ -186,7 +186,7 @@ func (g *ring) ready() bool {
 func (r *rxState) ringRecv(fd uintptr) bool {
 	g := &r.ring
 	bufs, sizes, off := r.rbufs, r.rsizes, r.roff
-	took := false
+	took := 0
 	n := 0
 	head := int(g.head.Load())
 	for n < len(bufs) && r.pend == r.got && r.errno == 0 {
@@ -195,18 +195,20 @@ func (r *rxState) ringRecv(fd uintptr) bool {
 		if st&unix.TP_STATUS_USER == 0 {
 			break
 		}
-		took = true
+		took++
 		n += r.ringFrame(fd, s, st, bufs[n:], sizes[n:], off)
 		// The slot is read: hand it back (release), then look at the next.
 		atomic.StoreUint32(slotStatus(s), unix.TP_STATUS_KERNEL)
 		if head++; head == g.frames {
 			head = 0
 		}
+	}
+	if took > 0 {
 		g.head.Store(uint32(head))
-		r.e.st.rxRingFrames.Add(1)
+		r.e.st.rxRingFrames.Add(uint64(took))
 	}
 	r.rn = n
-	return took || r.errno != 0
+	return took > 0 || r.errno != 0
 }
 
 // ringFrame delivers the frame in slot s (status st) to bufs[0], or, if it
