@@ -30,6 +30,8 @@
 # GODEBUG=...); -k keeps the VM up afterwards; -w builds goroce from the working tree instead
 # of a clean export of HEAD.
 # Exit: 0 everything measured, 1 a run failed or printed no result, 2 harness (build, boot, root).
+# The table ends with what the guest charges per operation of a 64 KiB message (interop/tcgcost:
+# Go copy, goroce's ICRC, hash/crc32, the kernel's copy in and out of a socket).
 # Outputs: .cache/bvr/{table.txt,results.tsv,runs.log}; every exact command is in runs.log.
 set -uo pipefail
 
@@ -49,7 +51,7 @@ while getopts "n:D:l:r:m:M:L:G:K:c:e:kwh" o; do
   case $o in
     n) BW_ITERS=$OPTARG ;; D) DUR=$OPTARG ;; l) LAT_ITERS=$OPTARG ;; r) REPS=$OPTARG ;;
     m) MTUS=$OPTARG ;; M) MODES=$OPTARG ;; L) GLINK=$OPTARG ;; G) GFLAGS=$OPTARG ;; K) KSUITE_OPT=$OPTARG ;; c) CLOCK=$OPTARG ;; e) ENVS+=(-e "$OPTARG") ;; k) KEEP=1 ;; w) WORKTREE=1 ;;
-    *) sed -n '2,33p' "$0"; exit 2 ;;
+    *) sed -n '2,35p' "$0"; exit 2 ;;
   esac
 done
 if [ -n "$KSUITE_OPT" ]; then   # lib.sh derives the kernel and initramfs paths from it
@@ -102,7 +104,8 @@ else
   git -C "$REPO_DIR" archive --format=tar HEAD | tar -x -C "$SRC" || { log "ERROR: git archive HEAD failed"; exit 2; }
 fi
 log "building static goroce ($REV) in $SRC"
-(cd "$SRC" && CGO_ENABLED=0 "$GO" build -trimpath -o "$SHARE/goroce" ./cmd/goroce) || exit 2
+(cd "$SRC" && CGO_ENABLED=0 "$GO" build -trimpath -o "$SHARE/goroce" ./cmd/goroce &&
+  CGO_ENABLED=0 "$GO" build -trimpath -o "$SHARE/tcgcost" ./interop/tcgcost) || exit 2
 [ "$WORKTREE" = 1 ] || rm -rf "$SRC"
 cp "$IOP/bench-vs-rxe-guest.sh" "$SHARE/bench-vs-rxe-guest.sh" || exit 2
 G=/mnt/host/bench-vs-rxe-guest.sh
@@ -114,6 +117,10 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 GUEST_CLOCK=$(vmx 'cat /sys/devices/system/clocksource/clocksource0/current_clocksource' 2>/dev/null)
 GUEST_KERNEL=$(vmx 'uname -r' 2>/dev/null)
 log "guest clocksource: $GUEST_CLOCK, kernel $GUEST_KERNEL"
+# What the guest's CPU charges for each operation of a 64 KiB message (interop/tcgcost): under
+# TCG the kernel's copies and the CRC cost what the network costs on hardware.
+COSTS=$(vmx /mnt/host/tcgcost 2>&1) || log "tcgcost failed: $COSTS"
+echo "=== $(date +%T) tcgcost (guest)"$'\n'"$COSTS" >> "$RUNLOG"
 
 # bench STACK MODE FLAGS... runs one server+client pair in the guest, logs everything and
 # prints the client's output.
@@ -189,6 +196,8 @@ vmx "$G teardown" >/dev/null 2>&1
         printf "%-5s | %-8s | %-7s | %-17s | %10s | %10s | %10s | %s %s\n", (f[1] == 1500 ? 1024 : 4096), f[2], f[3] " B", f[4] (f[2] ~ /_bw$/ ? " MB/s" : " usec"), r == "" ? "-" : sprintf("%.2f", r), g == "" ? "-" : sprintf("%.2f", g), ratio, tgt, st
       }
     }' "$TSV"
+  echo "guest cost per 64 KiB (interop/tcgcost, best of 7):"
+  printf '%s\n' "$COSTS" | sed 's/^/  /'
   echo "commands (guest): see $RUNLOG ('# server:' / '# client:' lines); total $(( $(date +%s) - T0 )) s with boot"
 } | tee "$TABLE"
 awk '/^# (server|client):/ && !seen[$0]++ { print "  " substr($0, 3) }' "$RUNLOG" | head -16 | tee -a "$TABLE"
