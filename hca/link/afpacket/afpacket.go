@@ -49,6 +49,15 @@ type Config struct {
 	// 64 KiB blocks (at least one); 0 means DefaultRingBytes, the most is
 	// 64 MiB. The kernel pins this much memory per endpoint.
 	RingBytes int
+	// NoTxRing sends with sendmmsg only, not through a PACKET_TX_RING
+	// (txring.go); so does GOROCE_AFPACKET_TXRING=0 in the environment.
+	// Open also falls back to sendmmsg when the kernel refuses the ring
+	// (TxRingErr says why).
+	NoTxRing bool
+	// TxRingBytes is the transmit ring's size in bytes, rounded down to
+	// 1 MiB blocks (at least one); 0 means DefaultTxRingBytes, the most is
+	// 64 MiB. The kernel pins this much memory per endpoint.
+	TxRingBytes int
 }
 
 // Errors Open wraps; the message names the interface (and address).
@@ -77,10 +86,17 @@ type Stats struct {
 	TxICRCPatched uint64 // of which sent with an ICRC corrected for the IPv4 ID segmentation gives them
 	TxDropped     uint64 // refused by the device queue (ENOBUFS): lost on the wire (a super-packet's whole run)
 	TxRejected    uint64 // refused by Write: over the MTU or runt
+	TxRingFrames  uint64 // of TxFrames, sent through the transmit ring
+	TxRingFull    uint64 // sent by sendmmsg because every ring slot was still the kernel's
+	TxRingKicks   uint64 // send system calls on the transmit ring
+	TxRingSkipped uint64 // kicks in which the kernel skipped a slot as malformed (frames lost)
 	HeldPorts     int    // addresses whose UDP port 4791 Open holds
 	RingFrames    int    // receive ring slots (0: no ring, recvmmsg)
 	RingFrameSize int    // bytes per slot (tp_frame_size)
 	RingBytes     int    // bytes mapped for the ring
+	TxRingSlots   int    // transmit ring slots (0: no ring, sendmmsg)
+	TxRingSlotSz  int    // bytes per transmit slot (tp_frame_size)
+	TxRingBytes   int    // bytes mapped for the transmit ring
 }
 
 // Endpoint is an AF_PACKET link on one interface. See link.Endpoint for
@@ -112,10 +128,14 @@ type Endpoint struct {
 		rxRingFrames, rxCopies, rxSyscalls         atomic.Uint64
 		txFrames, txDropped, txRejected            atomic.Uint64
 		txGSO, txGSOSegments, txICRCPatched        atomic.Uint64
+		txRingFrames, txRingFull, txRingKicks      atomic.Uint64
+		txRingSkipped                              atomic.Uint64
 	}
 	ringErr error       // why Open fell back from the ring to recvmmsg
 	gso     atomic.Bool // send super-packets (until the kernel refuses one)
 	statsMu sync.Mutex  // serialises PACKET_STATISTICS reads (they reset the kernel counter)
+
+	txRingErr error // why Open fell back from the transmit ring to sendmmsg
 }
 
 var _ link.Endpoint = (*Endpoint)(nil)
@@ -143,6 +163,15 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	if cfg.RingBytes == 0 {
 		cfg.RingBytes = DefaultRingBytes
+	}
+	if cfg.TxRingBytes < 0 || cfg.TxRingBytes > maxTxRingBytes {
+		return nil, fmt.Errorf("afpacket: transmit ring of %d bytes: want 0 to %d", cfg.TxRingBytes, maxTxRingBytes)
+	}
+	if cfg.TxRingBytes == 0 {
+		cfg.TxRingBytes = DefaultTxRingBytes
+	}
+	if os.Getenv(txRingEnv) == "0" {
+		cfg.NoTxRing = true
 	}
 	e := &Endpoint{cfg: cfg, ifname: cfg.Interface}
 	err := cfg.NetNS.Do(e.open)
@@ -234,6 +263,11 @@ func (e *Endpoint) open() error {
 	}
 	if e.rc, err = e.file.SyscallConn(); err != nil {
 		return fmt.Errorf("afpacket: %s: %w", name, err)
+	}
+	if !e.cfg.NoTxRing {
+		if err := e.setupTxRing(); err != nil {
+			e.txRingErr = fmt.Errorf("afpacket: %s: transmit ring: %w", name, err)
+		}
 	}
 	for _, a := range e.addrs {
 		if err := e.holdPort(a); err != nil {
@@ -367,6 +401,7 @@ func (e *Endpoint) closeFDs() {
 		e.file.Close()
 	}
 	e.rx.ring.unmap()
+	e.tx.ring.close() // its socket, then its ring
 	for _, fd := range e.holds {
 		unix.Close(fd)
 	}
@@ -398,6 +433,10 @@ func (e *Endpoint) Stats() Stats {
 		TxICRCPatched: c.txICRCPatched.Load(), TxDropped: c.txDropped.Load(), TxRejected: c.txRejected.Load(),
 		HeldPorts: e.held, RingFrames: e.rx.ring.frames, RingFrameSize: e.rx.ring.frameSize,
 		RingBytes: len(e.rx.ring.mem),
+
+		TxRingFrames: c.txRingFrames.Load(), TxRingFull: c.txRingFull.Load(),
+		TxRingKicks: c.txRingKicks.Load(), TxRingSkipped: c.txRingSkipped.Load(),
+		TxRingSlots: e.tx.ring.frames, TxRingSlotSz: e.tx.ring.frameSize, TxRingBytes: len(e.tx.ring.mem),
 	}
 }
 

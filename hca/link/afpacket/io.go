@@ -433,6 +433,21 @@ type txState struct {
 	errno unix.Errno
 	// Per write, added to the shared counters once.
 	gsoMsgs, gsoSegs, patched int
+
+	// The transmit ring (txring.go), when ring.mem is set, and the
+	// state of one write through it (see ringFrames).
+	ring                txRing
+	ringFn              func(fd uintptr) bool // ringWrite
+	rframes             [][]byte
+	roff                int
+	rfirst, rlen, rpat  []int
+	rgso                []bool
+	rk0, rn, rtaken     int
+	rfull, rplaced      bool
+	rstale              bool // an error left slots for the kernel to skip
+	rerrno              unix.Errno
+	rdropFrames, rkicks int
+	rskipped            int
 }
 
 func (t *txState) init(e *Endpoint) {
@@ -447,6 +462,11 @@ func (t *txState) init(e *Endpoint) {
 	t.icrcs = make([]byte, 4*n)
 	t.runs = vnet.Runs{L2: ethHdr, USO4: true, USO6: true}
 	t.fn = t.send
+	t.rfirst = make([]int, n+1)
+	t.rlen = make([]int, n)
+	t.rpat = make([]int, n)
+	t.rgso = make([]bool, n)
+	t.ringFn = t.ringWrite
 }
 
 // noOffload is the virtio_net_hdr sent before a frame sent whole: no
@@ -516,8 +536,22 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 }
 
 // sendFrames sends checked frames and returns how many are past (sent or
-// dropped by the device).
+// dropped by the device): through the transmit ring when there is one,
+// then by sendmmsg what the ring did not take (txring.go).
 func (t *txState) sendFrames(frames [][]byte, offset int) (int, error) {
+	if t.ring.mem == nil || len(frames) == 0 {
+		return t.mmsgFrames(frames, offset)
+	}
+	n, err := t.ringFrames(frames, offset)
+	if err != nil || n == len(frames) {
+		return n, err
+	}
+	m, err := t.mmsgFrames(frames[n:], offset)
+	return n + m, err
+}
+
+// mmsgFrames is sendFrames by sendmmsg.
+func (t *txState) mmsgFrames(frames [][]byte, offset int) (int, error) {
 	e := t.e
 	if len(frames) == 0 {
 		return 0, nil
