@@ -83,3 +83,50 @@ func TestQPsSpreadOverShards(t *testing.T) {
 		}
 	}
 }
+
+// requestsFirst: responses (r) move behind requests (Q), each kind keeping
+// its order, without allocating.
+func TestRequestsFirst(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"Q", "Q"},
+		{"r", "r"},
+		{"QQrr", "QQrr"},
+		{"rQ", "Qr"},
+		{"rrQQ", "QQrr"},
+		{"QrQrQ", "QQQrr"},
+		{"rQrQr", "QQrrr"},
+	} {
+		s := &shard{txOut: make([][]byte, 0, 8), txResp: make([]bool, 0, 8), txTmp: make([][]byte, 0, 8)}
+		for i, c := range tc.in {
+			// Each frame is its kind and its position: "r0", "Q1", ...
+			s.txOut = append(s.txOut, []byte{byte(c), byte('0' + i)})
+			s.txResp = append(s.txResp, c == 'r')
+		}
+		s.requestsFirst()
+		got, order := "", ""
+		for _, f := range s.txOut {
+			got += string(f[:1])
+			order += string(f[1:])
+		}
+		if got != tc.want {
+			t.Errorf("%q: %q, want %q", tc.in, got, tc.want)
+		}
+		// Within each kind the original positions still ascend.
+		last := map[byte]byte{}
+		for _, f := range s.txOut {
+			if p, ok := last[f[0]]; ok && f[1] < p {
+				t.Errorf("%q: order %q reorders a kind", tc.in, order)
+			}
+			last[f[0]] = f[1]
+		}
+	}
+	s := &shard{txOut: make([][]byte, 0, 4), txResp: []bool{true, false, true, false}, txTmp: make([][]byte, 0, 4)}
+	frames := [][]byte{{1}, {2}, {3}, {4}}
+	if n := testing.AllocsPerRun(100, func() {
+		s.txOut = append(s.txOut[:0], frames...)
+		s.requestsFirst()
+	}); n != 0 {
+		t.Errorf("requestsFirst allocates %v times", n)
+	}
+}
