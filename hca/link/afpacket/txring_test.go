@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -546,4 +547,105 @@ func TestTxRingZeroAllocs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTxRingSmallSendBuf: with a send buffer far smaller than the ring,
+// tpacket_snd may stop mid-kick (sock_alloc_send_skb: the bytes so far, or
+// EAGAIN) and leave slots SEND_REQUEST; Write then waits for writability
+// and kicks again, and returns only once the kernel has every frame.
+// Whether the buffer fills depends on how soon the far side frees the
+// skbs, so this checks delivery and order, and logs the kicks.
+func TestTxRingSmallSendBuf(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, SendBuf: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needTxRing(t, a)
+	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	frames := gsoBatch(t, h, false, false, 40, 1024)
+	n := len(frames)
+	for round := range 20 {
+		if w, err := a.Write(frames, 0); w != n || err != nil {
+			t.Fatalf("round %d: Write = %d, %v", round, w, err)
+		}
+		readFrames(t, b, n, 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, frames[got], link.FormatEthernet) })
+	}
+	st := a.Stats()
+	t.Logf("%d frames, %d through the ring in %d kicks for 19 ring writes", st.TxFrames, st.TxRingFrames, st.TxRingKicks)
+	if st.TxFrames != uint64(20*n) || st.TxDropped+st.TxRingSkipped != 0 || st.TxRingFrames == 0 {
+		t.Fatalf("sender %+v", st)
+	}
+}
+
+// TestTxRingHeldSkbs: a token bucket (tc tbf) on the sender's veth holds
+// skbs, so their slots stay the kernel's (TP_STATUS_SENDING) and their
+// bytes stay in the small send buffer while the next writes come: the
+// kick stops short and Write waits for writability, or finds the ring full
+// and sends the rest by sendmmsg. Five writes back to back, then every
+// frame must arrive, in order. How much the bucket holds at each write is
+// timing, so the paths taken are logged, not asserted.
+func TestTxRingHeldSkbs(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	tc, err := exec.LookPath("tc")
+	if err != nil {
+		t.Skip("tc (iproute2) not installed")
+	}
+	var out []byte
+	h.A.Do(t, func() error {
+		out, err = exec.Command(tc, "qdisc", "add", "dev", h.A.Ifname, "root", "tbf",
+			"rate", "50mbit", "burst", "70000", "limit", "4000000").CombinedOutput()
+		return nil
+	})
+	if err != nil {
+		t.Skipf("no tbf qdisc (sch_tbf): %v: %s", err, out)
+	}
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, SendBuf: 4096, TxRingBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needTxRing(t, a)
+	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	frames := gsoBatch(t, h, false, false, 40, 1024)
+	n := len(frames)
+	// Probe GSO, then five writes before reading.
+	if w, err := a.Write(frames, 0); w != n || err != nil {
+		t.Fatalf("Write = %d, %v", w, err)
+	}
+	readFrames(t, b, n, 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, frames[got], link.FormatEthernet) })
+	const rounds = 5
+	var all [][]byte
+	for round := range rounds {
+		fs := append(gsoBatch(t, h, false, round%2 == 0, 40, 1024), lonely(t, h, round)...)
+		if w, err := a.Write(fs, 0); w != len(fs) || err != nil {
+			t.Fatalf("round %d: Write = %d, %v", round, w, err)
+		}
+		all = append(all, fs...)
+	}
+	readFrames(t, b, len(all), 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, all[got], link.FormatEthernet) })
+	st, bs := a.Stats(), b.Stats()
+	t.Logf("%d frames: %d through the ring in %d kicks for %d writes, %d by sendmmsg for want of a slot",
+		st.TxFrames, st.TxRingFrames, st.TxRingKicks, rounds, st.TxRingFull)
+	if st.TxFrames != uint64(n+len(all)) || bs.RxFrames != st.TxFrames || st.TxDropped+st.TxRingSkipped != 0 {
+		t.Fatalf("sender %+v\nreceiver %+v", st, bs)
+	}
+}
+
+// lonely returns 20 frames of distinct sizes: 20 slots.
+func lonely(t *testing.T, h *netcfg.Hosts, round int) [][]byte {
+	fs := make([][]byte, 20)
+	for i := range fs {
+		fs[i] = roceFrame(t, h.A.MAC, h.B.MAC, h.A.Addr, h.B.Addr, 3000+100*round+i, 64+8*i, uint16(i))
+	}
+	return fs
 }
