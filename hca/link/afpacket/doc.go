@@ -46,8 +46,9 @@
 //     per system call straight into the caller's buffers.
 //     Stats.RxSyscalls counts receive system calls, RxRingFrames and
 //     RxCopies the slots taken and the copies read.
-//   - sendmmsg moves a whole batch per system call, straight from the
-//     caller's buffers (no copies on send). The socket is non-blocking
+//   - Write sends through a PACKET_TX_RING (below) by default; sendmmsg,
+//     on the receiving socket, moves a whole batch per system call,
+//     straight from the caller's buffers. The socket is non-blocking
 //     and waits in the Go netpoller (which the kernel wakes for ring
 //     frames as for queued ones), so Close unblocks Read.
 //   - PACKET_VNET_HDR puts a struct virtio_net_hdr before every frame.
@@ -90,6 +91,35 @@
 //     packet sockets do not take UDP_L4) turns GSO off for good (GSO()
 //     false) and the run and the rest of the batch are resent frame by
 //     frame. Config.NoGSO turns it off from the start.
+//   - The transmit ring (txring.go): a second packet socket, bound to the
+//     interface with protocol 0 (it receives nothing and taps nothing),
+//     with PACKET_VNET_HDR, PACKET_LOSS and a TPACKET_V2 PACKET_TX_RING.
+//     Write copies each message, a frame or a super-packet built as above
+//     (headers from vnet.Runs, payloads and patched ICRCs copied after
+//     them), into the next free slot after its virtio_net_hdr, stores
+//     TP_STATUS_SEND_REQUEST (atomic, after the data) and kicks the kernel
+//     once per batch (send with no data, MSG_DONTWAIT); tpacket_snd builds
+//     each skb with the slot's pages as fragments, no copy, and the slot
+//     comes back (TP_STATUS_AVAILABLE) when the skb is freed. Slots hold a
+//     64 KiB super-packet: 17 pages (69632 bytes) in 1 MiB blocks;
+//     Config.TxRingBytes, default DefaultTxRingBytes = 4 MiB: 60 slots
+//     (with Config.NoGSO, MTU-sized slots: 2672 at MTU 1500). The first
+//     super-packet still probes by sendmmsg (above); a batch's messages
+//     for which no slot is free (skbs not yet freed) go by sendmmsg after
+//     the ring's (Stats.TxRingFull). A short kick (send buffer full) waits
+//     in the netpoller for writability and kicks again: Write returns when
+//     the kernel has every frame. A device drop (ENOBUFS), which
+//     tpacket_snd would retry at the next kick, is lost and counted in
+//     TxDropped as with sendmmsg: the slot's tp_len becomes 0 and the next
+//     kick skips it (PACKET_LOSS). A slot the kernel skips as malformed
+//     shows only in the kick's byte count (TxRingSkipped; GSO goes off).
+//     A veth (dev_forward_skb) and a packet tap copy the ring's pages
+//     before passing the skb on (skb_orphan_frags), so over a veth the
+//     kernel still copies each frame once and the ring saves system call
+//     work, not the copy (BenchmarkTxRing); a NIC sends from the slot.
+//     Config.NoTxRing or GOROCE_AFPACKET_TXRING=0 sends by sendmmsg only,
+//     as does a kernel that refuses the ring (TxRingErr). TxRingFrames,
+//     TxRingKicks count what went through it.
 //   - The port holders set UDP_GRO: a socket without it has every arriving
 //     super-packet segmented for it (udp_unexpected_gso), checksums and
 //     all, only for its filter to drop each segment (BenchmarkWriteRead:
@@ -102,8 +132,7 @@
 // expects; a dropped super-packet loses its whole run, as it would on a
 // NIC's queue.
 //
-// Not done: a PACKET_TX_RING (sendmmsg already sends a batch, GSO runs as
-// one skb), TPACKET_V3 (it hands a block over when full or on a
+// Not done: TPACKET_V3 (it hands a block over when full or on a
 // millisecond timer: latency), PACKET_FANOUT; 802.1Q
 // tagged frames are sent as given but not received (the kernel strips the
 // tag and the filter matches untagged frames only); addresses added to the

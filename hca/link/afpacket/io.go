@@ -31,7 +31,8 @@ import (
 //     must not stay in caller memory past this Read) and deliver from there
 //     (gso.go).
 //
-// Send path, per Write:
+// Send path, per Write (by sendmmsg; what goes through the transmit ring
+// first is in txring.go):
 //  1. Check every frame (Ethernet header present, IP part within the MTU);
 //     stop the batch at the first bad one.
 //  2. Group the good prefix into messages (build): a run of RoCEv2 frames
