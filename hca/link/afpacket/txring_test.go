@@ -649,3 +649,48 @@ func lonely(t *testing.T, h *netcfg.Hosts, round int) [][]byte {
 	}
 	return fs
 }
+
+// TestTxRingKickError: a kick the kernel fails as a whole (ENETDOWN: the
+// interface is down) fails the Write with no frame sent, and the slots it
+// had filled are skipped by the next kick rather than sent late.
+func TestTxRingKickError(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needTxRing(t, a)
+	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	stale := lonely(t, h, 0)
+	if err := netcfg.SetDown(h.A.NS, h.A.Ifname); err != nil {
+		t.Fatal(err)
+	}
+	w, err := a.Write(stale, 0)
+	if w != 0 || !errors.Is(err, unix.ENETDOWN) {
+		t.Fatalf("Write on a down interface = %d, %v; want 0, ENETDOWN", w, err)
+	}
+	if err := netcfg.SetUp(h.A.NS, h.A.Ifname); err != nil {
+		t.Fatal(err)
+	}
+	fresh := lonely(t, h, 1)
+	if w, err := a.Write(fresh, 0); w != len(fresh) || err != nil {
+		t.Fatalf("Write = %d, %v", w, err)
+	}
+	// Only the fresh frames: a stale one would come first.
+	readFrames(t, b, len(fresh), 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, fresh[got], link.FormatEthernet) })
+	st := a.Stats()
+	if st.TxFrames != uint64(len(fresh)) || st.TxRingFrames != uint64(len(fresh)) || st.TxDropped != 0 {
+		t.Fatalf("sender %+v", st)
+	}
+	// And nothing after them: one more frame is the next to arrive.
+	one := lonely(t, h, 2)[:1]
+	if w, err := a.Write(one, 0); w != 1 || err != nil {
+		t.Fatalf("Write = %d, %v", w, err)
+	}
+	readFrames(t, b, 1, 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, one[0], link.FormatEthernet) })
+}
