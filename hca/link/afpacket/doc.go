@@ -91,7 +91,8 @@
 //     packet sockets do not take UDP_L4) turns GSO off for good (GSO()
 //     false) and the run and the rest of the batch are resent frame by
 //     frame. Config.NoGSO turns it off from the start.
-//   - The transmit ring (txring.go): a second packet socket, bound to the
+//   - The transmit ring (txring.go, opt-in: Config.TxRing or
+//     GOROCE_AFPACKET_TXRING=1): a second packet socket, bound to the
 //     interface with protocol 0 (it receives nothing and taps nothing),
 //     with PACKET_VNET_HDR, PACKET_LOSS and a TPACKET_V2 PACKET_TX_RING.
 //     Write copies each message, a frame or a super-packet built as above
@@ -117,9 +118,12 @@
 //     before passing the skb on (skb_orphan_frags), so over a veth the
 //     kernel still copies each frame once and the ring saves system call
 //     work, not the copy (BenchmarkTxRing); a NIC sends from the slot.
-//     Config.NoTxRing or GOROCE_AFPACKET_TXRING=0 sends by sendmmsg only,
-//     as does a kernel that refuses the ring (TxRingErr). TxRingFrames,
-//     TxRingKicks count what went through it.
+//     That is why it is off by default: level with sendmmsg on this
+//     host's veths, and in the TCG guest of bench-vs-rxe (write/send/read
+//     1.38x/1.52x/1.34x rxe with it, 1.39x/1.15x/1.27x without, noise) it
+//     did not pay for the 4 MiB it pins per endpoint. Without it, or when
+//     the kernel refuses the ring (TxRingErr), Write uses sendmmsg.
+//     TxRingFrames, TxRingKicks count what went through it.
 //   - The port holders set UDP_GRO: a socket without it has every arriving
 //     super-packet segmented for it (udp_unexpected_gso), checksums and
 //     all, only for its filter to drop each segment (BenchmarkWriteRead:

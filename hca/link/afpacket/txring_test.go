@@ -69,11 +69,11 @@ func TestTxRingConfigErrors(t *testing.T) {
 
 // TestLinktestTxRing is the conformance suite with both ends sending
 // through their transmit rings (and the default receive rings);
-// TestLinktestNoTxRing on the sendmmsg path.
+// TestLinktestNoTxRing on the sendmmsg path (the default).
 func TestLinktestTxRing(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
 	linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
-		a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{})
+		a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{TxRing: true})
 		needTxRing(t, a)
 		needTxRing(t, b)
 		return a, b
@@ -83,9 +83,9 @@ func TestLinktestTxRing(t *testing.T) {
 func TestLinktestNoTxRing(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
 	linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
-		a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{NoTxRing: true})
+		a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{})
 		if a.TxRing() || b.TxRing() || a.TxRingErr() != nil {
-			t.Fatalf("transmit ring on with NoTxRing (%v)", a.TxRingErr())
+			t.Fatalf("transmit ring on without Config.TxRing (%v)", a.TxRingErr())
 		}
 		return a, b
 	})
@@ -132,7 +132,7 @@ func TestTxRingSend(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{MTU: tc.mtu, IPv6: tc.v6})
-			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, NoGSO: tc.noGSO})
+			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, NoGSO: tc.noGSO})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +221,7 @@ func TestTxRingToUDPLink(t *testing.T) {
 				return err
 			})
 			t.Cleanup(func() { u.Close() })
-			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
+			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +257,7 @@ func TestTxRingToUDPLink(t *testing.T) {
 // by sendmmsg, after the 15 in the ring.
 func TestTxRingWrapAndFull(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRingBytes: 1 << 20})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, TxRingBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestTxRingGSORefused(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
 	// 120 slots: the second round's frames find fresh ones, not slots
 	// whose skbs the receiving side may still hold.
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRingBytes: 8 << 20})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, TxRingBytes: 8 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestTxRingGSORefused(t *testing.T) {
 // same kick arrive. The next write goes frame by frame through the ring.
 func TestTxRingSkipped(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestTxRingSkipped(t *testing.T) {
 // with the kernel: once the rule is gone every frame arrives.
 func TestTxRingDeviceDrop(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,8 +467,8 @@ func TestTxRingDeviceDrop(t *testing.T) {
 }
 
 // TestTxRingFallback: a ring the kernel refuses leaves Write on sendmmsg,
-// with the reason; GOROCE_AFPACKET_TXRING=0 turns the ring off as
-// Config.NoTxRing does.
+// with the reason; GOROCE_AFPACKET_TXRING=0 turns the ring off even with
+// Config.TxRing, and =1 turns it on without.
 func TestTxRingFallback(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
 	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
@@ -491,7 +491,7 @@ func TestTxRingFallback(t *testing.T) {
 		}
 	}
 	testTxRingBreak = true
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
 	testTxRingBreak = false
 	if err != nil {
 		t.Fatal(err)
@@ -504,7 +504,7 @@ func TestTxRingFallback(t *testing.T) {
 	a.Close()
 
 	t.Setenv(txRingEnv, "0")
-	a, err = Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
+	a, err = Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +523,7 @@ func TestTxRingZeroAllocs(t *testing.T) {
 		t.Run(fmt.Sprintf("nogso=%v", noGSO), func(t *testing.T) {
 			// A ring large enough that no slot is used twice: whether
 			// the far side has freed a slot's skb is not for this test.
-			a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{NoGSO: noGSO, TxRingBytes: 8 << 20})
+			a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{NoGSO: noGSO, TxRing: true, TxRingBytes: 8 << 20})
 			needTxRing(t, a)
 			frames := batch(t, a, b, a.BatchSize(), 1024)
 			bufs := make([][]byte, len(frames))
@@ -557,7 +557,7 @@ func TestTxRingZeroAllocs(t *testing.T) {
 // skbs, so this checks delivery and order, and logs the kicks.
 func TestTxRingSmallSendBuf(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, SendBuf: 4096})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, SendBuf: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,7 +605,7 @@ func TestTxRingHeldSkbs(t *testing.T) {
 	if err != nil {
 		t.Skipf("no tbf qdisc (sch_tbf): %v: %s", err, out)
 	}
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, SendBuf: 4096, TxRingBytes: 1 << 20})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, SendBuf: 4096, TxRingBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -655,7 +655,7 @@ func lonely(t *testing.T, h *netcfg.Hosts, round int) [][]byte {
 // had filled are skipped by the next kick rather than sent late.
 func TestTxRingKickError(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
