@@ -105,6 +105,9 @@ type reader struct {
 	// value when the reader goroutine last looked (reader goroutine only).
 	polled atomic.Uint64
 	seen   uint64
+	// handoff times the reader goroutine's turns away from a busy poller
+	// (reader goroutine only; one timer, not one per turn).
+	handoff *time.Timer
 }
 
 // shard is one transmit context: a lock, the QPs with work, their timers,
@@ -281,26 +284,31 @@ func (r *reader) run() {
 		var err error
 		if r.poller != nil {
 			// Read and process under r.mu so that a busy-polling CQ
-			// (Options.BusyPoll) can take a turn; wait without it.
-			r.mu.Lock()
+			// (Options.BusyPoll) can take a turn; wait without it. A
+			// poller holding r.mu is reading this queue right now: then
+			// stand aside at once instead of queueing on the lock, which
+			// would hand the poller's next round a wake-up to wait for.
+			busy := rt.d.opts.BusyPoll
+			if busy {
+				if !r.mu.TryLock() {
+					if !r.standAside() {
+						return
+					}
+					continue
+				}
+			} else {
+				r.mu.Lock()
+			}
 			n, err = r.poller.TryRead(r.bufs, r.sizes, rt.lhr)
 			if n > 0 {
 				r.process(n, false)
 			}
 			r.mu.Unlock()
-			if err == nil && n == 0 && rt.d.opts.BusyPoll {
-				if p := r.polled.Load(); p != r.seen {
-					// A busy-polling application is receiving from this
-					// queue: stay out of its way (no wake-up per packet)
-					// and look again when it may have stopped.
-					r.seen = p
-					select {
-					case <-time.After(pollerHandoff):
-					case <-rt.done:
-						return
-					}
-					continue
+			if err == nil && n == 0 && busy && r.polled.Load() != r.seen {
+				if !r.standAside() {
+					return
 				}
+				continue
 			}
 			if err == nil && n == 0 {
 				// Polling stopped (or never started): send what the last
@@ -326,6 +334,26 @@ func (r *reader) run() {
 				return
 			}
 		}
+	}
+}
+
+// standAside is the reader goroutine's turn away from a busy-polling
+// application that is receiving from this queue: no wake-up per packet, a
+// look again after pollerHandoff, when it may have stopped. It reports
+// false when the runtime is closing.
+func (r *reader) standAside() bool {
+	r.seen = r.polled.Load()
+	if r.handoff == nil {
+		r.handoff = time.NewTimer(pollerHandoff)
+	} else {
+		r.handoff.Reset(pollerHandoff)
+	}
+	select {
+	case <-r.handoff.C:
+		return true
+	case <-r.rt.done:
+		r.handoff.Stop()
+		return false
 	}
 }
 
