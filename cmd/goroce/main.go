@@ -7,14 +7,18 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 )
 
 func main() {
-	stop := profile()
+	stopProfile := profile()
+	stopTrace := traceTo()
 	code := run(os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	stopTrace()
+	stopProfile()
 	os.Exit(code)
 }
 
@@ -23,23 +27,36 @@ func main() {
 // the same environment apart): how the data path is profiled where only the
 // binary runs, such as the bench-vs-rxe guest (docs/performance.md).
 func profile() (stop func()) {
-	base := os.Getenv("GOROCE_CPUPROFILE")
+	return startTo("GOROCE_CPUPROFILE", pprof.StartCPUProfile, pprof.StopCPUProfile)
+}
+
+// traceTo writes a runtime execution trace to $GOROCE_TRACE.PID when
+// GOROCE_TRACE is set: where the CPU profile cannot see time spent waiting
+// (scheduling delays, system calls, wake-ups), `go tool trace -pprof=sched`
+// and `-pprof=syscall` can.
+func traceTo() (stop func()) {
+	return startTo("GOROCE_TRACE", trace.Start, trace.Stop)
+}
+
+// startTo opens $env.PID and starts start on it; stop ends it.
+func startTo(env string, start func(io.Writer) error, end func()) (stop func()) {
+	base := os.Getenv(env)
 	if base == "" {
 		return func() {}
 	}
 	name := fmt.Sprintf("%s.%d", base, os.Getpid())
 	f, err := os.Create(name)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "goroce: GOROCE_CPUPROFILE: %v\n", err)
+		fmt.Fprintf(os.Stderr, "goroce: %s: %v\n", env, err)
 		return func() {}
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		fmt.Fprintf(os.Stderr, "goroce: GOROCE_CPUPROFILE: %v\n", err)
+	if err := start(f); err != nil {
+		fmt.Fprintf(os.Stderr, "goroce: %s: %v\n", env, err)
 		f.Close()
 		return func() {}
 	}
 	return func() {
-		pprof.StopCPUProfile()
+		end()
 		f.Close()
 	}
 }
