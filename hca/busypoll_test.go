@@ -26,8 +26,9 @@ func udpDevices(t *testing.T, opts hca.Options) (*hca.Device, *hca.Device) {
 	return udpDevicesWith(t, opts, opts)
 }
 
-// udpDevicesWith is udpDevices with options for each device.
-func udpDevicesWith(t *testing.T, oa, ob hca.Options) (*hca.Device, *hca.Device) {
+// udpEndpoints opens two udp links, on 127.0.0.1 and 127.0.0.2 of a fresh
+// namespace (closed when t ends; the links are the caller's to close).
+func udpEndpoints(t *testing.T) (ea, eb *udp.Endpoint) {
 	t.Helper()
 	netcfg.SkipUnlessRoot(t)
 	ns, err := netcfg.NewNetNS("")
@@ -35,7 +36,6 @@ func udpDevicesWith(t *testing.T, oa, ob hca.Options) (*hca.Device, *hca.Device)
 		t.Fatalf("network namespace: %v", err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	var ea, eb *udp.Endpoint
 	if err := ns.Do(func() error {
 		var err error
 		if ea, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("127.0.0.1")}); err != nil {
@@ -46,6 +46,13 @@ func udpDevicesWith(t *testing.T, oa, ob hca.Options) (*hca.Device, *hca.Device)
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return ea, eb
+}
+
+// udpDevicesWith is udpDevices with options for each device.
+func udpDevicesWith(t *testing.T, oa, ob hca.Options) (*hca.Device, *hca.Device) {
+	t.Helper()
+	ea, eb := udpEndpoints(t)
 	oa.Name, ob.Name = "bpa", "bpb"
 	da, err := hca.Open(ea, oa)
 	if err != nil {
@@ -286,22 +293,7 @@ func (r *opcodeRecorder) NewTxQueue() (link.Writer, error) {
 // loopback the kernel delivers each frame of a batch to the peer before it
 // takes the next, and the peer waits for the answer, not the ACK.
 func TestBusyPollAnswerBeforeACK(t *testing.T) {
-	netcfg.SkipUnlessRoot(t)
-	ns, err := netcfg.NewNetNS("")
-	if err != nil {
-		t.Fatalf("network namespace: %v", err)
-	}
-	defer ns.Close()
-	var ea, eb *udp.Endpoint
-	if err := ns.Do(func() error {
-		if ea, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("127.0.0.1")}); err != nil {
-			return err
-		}
-		eb, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("127.0.0.2")})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ea, eb := udpEndpoints(t)
 	rec := &opcodeRecorder{Endpoint: eb}
 	da, err := hca.Open(ea, hca.Options{Name: "aba", BusyPoll: true})
 	if err != nil {

@@ -17,13 +17,31 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// needTxRing fails t unless e sends through its transmit ring: the ring is
-// the default, and both this host's and the CI guest's kernels take it.
+// needTxRing fails t unless e sends through its transmit ring: it was
+// asked for, and both this host's and the CI guest's kernels take it.
 func needTxRing(t testing.TB, e *Endpoint) {
 	t.Helper()
 	if !e.TxRing() {
 		t.Fatalf("%s sends with sendmmsg only: %v", e.Interface(), e.TxRingErr())
 	}
+}
+
+// openTxRing opens a on h's host A with cfg and its transmit ring (which
+// it must get) and a plain b on host B, both closed when t ends.
+func openTxRing(t *testing.T, h *netcfg.Hosts, cfg Config) (a, b *Endpoint) {
+	t.Helper()
+	cfg.Interface, cfg.NetNS, cfg.TxRing = h.A.Ifname, h.A.NS, true
+	a, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	needTxRing(t, a)
+	if b, err = Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return a, b
 }
 
 func TestTxRingGeometry(t *testing.T) {
@@ -326,17 +344,7 @@ func TestTxRingGSORefused(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
 	// 120 slots: the second round's frames find fresh ones, not slots
 	// whose skbs the receiving side may still hold.
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, TxRingBytes: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	needTxRing(t, a)
-	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	a, b := openTxRing(t, h, Config{TxRingBytes: 8 << 20})
 	refuseGSO = true
 	t.Cleanup(func() { refuseGSO = false })
 	frames := gsoBatch(t, h, false, false, 40, 1024)
@@ -368,17 +376,7 @@ func TestTxRingGSORefused(t *testing.T) {
 // same kick arrive. The next write goes frame by frame through the ring.
 func TestTxRingSkipped(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	needTxRing(t, a)
-	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	a, b := openTxRing(t, h, Config{})
 	frames := gsoBatch(t, h, false, false, 40, 1024)
 	n := len(frames)
 	// Probe: the run by sendmmsg.
@@ -415,17 +413,7 @@ func TestTxRingSkipped(t *testing.T) {
 // with the kernel: once the rule is gone every frame arrives.
 func TestTxRingDeviceDrop(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	needTxRing(t, a)
-	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	a, b := openTxRing(t, h, Config{})
 	frames := gsoBatch(t, h, false, false, 40, 1024)
 	n := len(frames)
 	// Probe GSO, so that the run is one slot in the ring below.
@@ -557,17 +545,7 @@ func TestTxRingZeroAllocs(t *testing.T) {
 // skbs, so this checks delivery and order, and logs the kicks.
 func TestTxRingSmallSendBuf(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, SendBuf: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	needTxRing(t, a)
-	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	a, b := openTxRing(t, h, Config{SendBuf: 4096})
 	frames := gsoBatch(t, h, false, false, 40, 1024)
 	n := len(frames)
 	for round := range 20 {
@@ -605,17 +583,7 @@ func TestTxRingHeldSkbs(t *testing.T) {
 	if err != nil {
 		t.Skipf("no tbf qdisc (sch_tbf): %v: %s", err, out)
 	}
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, SendBuf: 4096, TxRingBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	needTxRing(t, a)
-	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	a, b := openTxRing(t, h, Config{SendBuf: 4096, TxRingBytes: 1 << 20})
 	frames := gsoBatch(t, h, false, false, 40, 1024)
 	n := len(frames)
 	// Probe GSO, then five writes before reading.
@@ -655,17 +623,7 @@ func lonely(t *testing.T, h *netcfg.Hosts, round int) [][]byte {
 // had filled are skipped by the next kick rather than sent late.
 func TestTxRingKickError(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	needTxRing(t, a)
-	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	a, b := openTxRing(t, h, Config{})
 	stale := lonely(t, h, 0)
 	if err := netcfg.SetDown(h.A.NS, h.A.Ifname); err != nil {
 		t.Fatal(err)
