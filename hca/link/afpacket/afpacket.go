@@ -49,14 +49,11 @@ type Config struct {
 	// 64 KiB blocks (at least one); 0 means DefaultRingBytes, the most is
 	// 64 MiB. The kernel pins this much memory per endpoint.
 	RingBytes int
-	// TxRing sends through a PACKET_TX_RING (txring.go) instead of
-	// sendmmsg; GOROCE_AFPACKET_TXRING=1 in the environment turns it on
-	// too, =0 off even here. Off by default: over a veth the kernel copies
-	// the ring's pages anyway (skb_copy_ubufs), and measured with and
-	// without it (docs/performance.md) it gained nothing there while it
-	// pins TxRingBytes more per endpoint. Open falls back to sendmmsg
+	// NoTxRing sends with sendmmsg only, not through a PACKET_TX_RING
+	// (txring.go); so does GOROCE_AFPACKET_TXRING=0 in the environment
+	// (=1 turns the ring on even here). Open also falls back to sendmmsg
 	// when the kernel refuses the ring (TxRingErr says why).
-	TxRing bool
+	NoTxRing bool
 	// TxRingBytes is the transmit ring's size in bytes, rounded down to
 	// 1 MiB blocks (at least one); 0 means DefaultTxRingBytes, the most is
 	// 64 MiB. The kernel pins this much memory per endpoint.
@@ -175,9 +172,9 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	switch os.Getenv(txRingEnv) {
 	case "0":
-		cfg.TxRing = false
+		cfg.NoTxRing = true
 	case "1":
-		cfg.TxRing = true
+		cfg.NoTxRing = false
 	}
 	e := &Endpoint{cfg: cfg, ifname: cfg.Interface}
 	err := cfg.NetNS.Do(e.open)
@@ -270,7 +267,7 @@ func (e *Endpoint) open() error {
 	if e.rc, err = e.file.SyscallConn(); err != nil {
 		return fmt.Errorf("afpacket: %s: %w", name, err)
 	}
-	if e.cfg.TxRing {
+	if !e.cfg.NoTxRing {
 		if err := e.setupTxRing(); err != nil {
 			e.txRingErr = fmt.Errorf("afpacket: %s: transmit ring: %w", name, err)
 		}

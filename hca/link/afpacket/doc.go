@@ -91,8 +91,7 @@
 //     packet sockets do not take UDP_L4) turns GSO off for good (GSO()
 //     false) and the run and the rest of the batch are resent frame by
 //     frame. Config.NoGSO turns it off from the start.
-//   - The transmit ring (txring.go, opt-in: Config.TxRing or
-//     GOROCE_AFPACKET_TXRING=1): a second packet socket, bound to the
+//   - The transmit ring (txring.go): a second packet socket, bound to the
 //     interface with protocol 0 (it receives nothing and taps nothing),
 //     with PACKET_VNET_HDR, PACKET_LOSS and a TPACKET_V2 PACKET_TX_RING.
 //     Write copies each message, a frame or a super-packet built as above
@@ -118,11 +117,15 @@
 //     before passing the skb on (skb_orphan_frags), so over a veth the
 //     kernel still copies each frame once and the ring saves system call
 //     work, not the copy (BenchmarkTxRing); a NIC sends from the slot.
-//     That is why it is off by default: level with sendmmsg on this
-//     host's veths, and in the TCG guest of bench-vs-rxe (write/send/read
-//     1.38x/1.52x/1.34x rxe with it, 1.39x/1.15x/1.27x without, noise) it
-//     did not pay for the 4 MiB it pins per endpoint. Without it, or when
-//     the kernel refuses the ring (TxRingErr), Write uses sendmmsg.
+//     Which copy that is matters under emulation: in the TCG guest of
+//     bench-vs-rxe the sendmmsg path copies with copy_from_user, which
+//     with ERMS and without FSRM is an emulated rep movsb, while the
+//     veth copies the ring's pages with the kernel's memcpy loop; at IB
+//     MTU 4096 write_bw went from 51 to 73 MB/s with the ring (at 1024
+//     the two were within noise), and on this host's veths the ring is
+//     level with sendmmsg. Config.NoTxRing or GOROCE_AFPACKET_TXRING=0
+//     (=1 forces it on) sends by sendmmsg only, as does a kernel that
+//     refuses the ring (TxRingErr).
 //     TxRingFrames, TxRingKicks count what went through it.
 //   - The port holders set UDP_GRO: a socket without it has every arriving
 //     super-packet segmented for it (udp_unexpected_gso), checksums and

@@ -149,9 +149,9 @@ func txRingGeometry(mtu, bytes, pageSize int, gso bool) unix.TpacketReq {
 		Frame_size: uint32(fs), Frame_nr: uint32(blocks * per)}
 }
 
-// txRingEnv is the environment variable that, set to 1 or 0, turns the
-// transmit ring on or off (overriding Config.TxRing) for A/B measurements
-// with programs whose flags do not reach Config.
+// txRingEnv is the environment variable that, set to 0 or 1, turns the
+// transmit ring off or on (overriding Config.NoTxRing) for A/B
+// measurements with programs whose flags do not reach Config.
 const txRingEnv = "GOROCE_AFPACKET_TXRING"
 
 // setupTxRing opens the transmit socket with its ring, in the endpoint's
@@ -244,7 +244,7 @@ func (g *txRing) slot(i int) []byte {
 }
 
 // TxRing reports whether Write sends through a PACKET_TX_RING: not with
-// Config.TxRing unset or GOROCE_AFPACKET_TXRING=0, nor when the kernel refused
+// Config.NoTxRing or GOROCE_AFPACKET_TXRING=0, nor when the kernel refused
 // the ring (TxRingErr).
 func (e *Endpoint) TxRing() bool { return e.tx.ring.mem != nil }
 

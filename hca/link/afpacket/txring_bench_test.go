@@ -43,7 +43,7 @@ func benchTxRing(b *testing.B, gso, ring bool, payload int) {
 	if payload > 1400 {
 		mtu = 9000
 	}
-	ea, eb, _ := openPairCfg(b, netcfg.TwoHostsOptions{MTU: mtu}, Config{NoGSO: !gso, TxRing: ring})
+	ea, eb, _ := openPairCfg(b, netcfg.TwoHostsOptions{MTU: mtu}, Config{NoGSO: !gso, NoTxRing: !ring})
 	if ring {
 		needTxRing(b, ea)
 	}
@@ -71,6 +71,6 @@ func benchTxRing(b *testing.B, gso, ring bool, payload int) {
 		b.Fatalf("nothing through the ring: %+v", st)
 	}
 	if !ring && st.TxRingFrames != 0 {
-		b.Fatalf("ring used without TxRing: %+v", st)
+		b.Fatalf("ring used with NoTxRing: %+v", st)
 	}
 }

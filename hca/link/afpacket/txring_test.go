@@ -17,8 +17,8 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// needTxRing fails t unless e sends through its transmit ring: it was
-// asked for, and both this host's and the CI guest's kernels take it.
+// needTxRing fails t unless e sends through its transmit ring: the ring is
+// the default, and both this host's and the CI guest's kernels take it.
 func needTxRing(t testing.TB, e *Endpoint) {
 	t.Helper()
 	if !e.TxRing() {
@@ -26,11 +26,11 @@ func needTxRing(t testing.TB, e *Endpoint) {
 	}
 }
 
-// openTxRing opens a on h's host A with cfg and its transmit ring (which
-// it must get) and a plain b on host B, both closed when t ends.
+// openTxRing opens a on h's host A with cfg, which must give it its
+// transmit ring, and a plain b on host B, both closed when t ends.
 func openTxRing(t *testing.T, h *netcfg.Hosts, cfg Config) (a, b *Endpoint) {
 	t.Helper()
-	cfg.Interface, cfg.NetNS, cfg.TxRing = h.A.Ifname, h.A.NS, true
+	cfg.Interface, cfg.NetNS = h.A.Ifname, h.A.NS
 	a, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -87,11 +87,11 @@ func TestTxRingConfigErrors(t *testing.T) {
 
 // TestLinktestTxRing is the conformance suite with both ends sending
 // through their transmit rings (and the default receive rings);
-// TestLinktestNoTxRing on the sendmmsg path (the default).
+// TestLinktestNoTxRing on the sendmmsg path.
 func TestLinktestTxRing(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
 	linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
-		a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{TxRing: true})
+		a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{})
 		needTxRing(t, a)
 		needTxRing(t, b)
 		return a, b
@@ -101,9 +101,9 @@ func TestLinktestTxRing(t *testing.T) {
 func TestLinktestNoTxRing(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
 	linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
-		a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{})
+		a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{NoTxRing: true})
 		if a.TxRing() || b.TxRing() || a.TxRingErr() != nil {
-			t.Fatalf("transmit ring on without Config.TxRing (%v)", a.TxRingErr())
+			t.Fatalf("transmit ring on with NoTxRing (%v)", a.TxRingErr())
 		}
 		return a, b
 	})
@@ -150,7 +150,7 @@ func TestTxRingSend(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{MTU: tc.mtu, IPv6: tc.v6})
-			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, NoGSO: tc.noGSO})
+			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, NoGSO: tc.noGSO})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,7 +239,7 @@ func TestTxRingToUDPLink(t *testing.T) {
 				return err
 			})
 			t.Cleanup(func() { u.Close() })
-			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
+			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +275,7 @@ func TestTxRingToUDPLink(t *testing.T) {
 // by sendmmsg, after the 15 in the ring.
 func TestTxRingWrapAndFull(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true, TxRingBytes: 1 << 20})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRingBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,8 +455,8 @@ func TestTxRingDeviceDrop(t *testing.T) {
 }
 
 // TestTxRingFallback: a ring the kernel refuses leaves Write on sendmmsg,
-// with the reason; GOROCE_AFPACKET_TXRING=0 turns the ring off even with
-// Config.TxRing, and =1 turns it on without.
+// with the reason; GOROCE_AFPACKET_TXRING=0 turns the ring off as
+// Config.NoTxRing does.
 func TestTxRingFallback(t *testing.T) {
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
 	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
@@ -479,7 +479,7 @@ func TestTxRingFallback(t *testing.T) {
 		}
 	}
 	testTxRingBreak = true
-	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
 	testTxRingBreak = false
 	if err != nil {
 		t.Fatal(err)
@@ -492,7 +492,7 @@ func TestTxRingFallback(t *testing.T) {
 	a.Close()
 
 	t.Setenv(txRingEnv, "0")
-	a, err = Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, TxRing: true})
+	a, err = Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +511,7 @@ func TestTxRingZeroAllocs(t *testing.T) {
 		t.Run(fmt.Sprintf("nogso=%v", noGSO), func(t *testing.T) {
 			// A ring large enough that no slot is used twice: whether
 			// the far side has freed a slot's skb is not for this test.
-			a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{NoGSO: noGSO, TxRing: true, TxRingBytes: 8 << 20})
+			a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, Config{NoGSO: noGSO, TxRingBytes: 8 << 20})
 			needTxRing(t, a)
 			frames := batch(t, a, b, a.BatchSize(), 1024)
 			bufs := make([][]byte, len(frames))
