@@ -93,39 +93,66 @@ func needGSO(t *testing.T, e *Endpoint) {
 	}
 }
 
+// gsoSendCase is one way of sending a gsoBatch across a veth pair.
+type gsoSendCase struct {
+	name   string
+	v6     bool
+	seqIDs bool
+	noGSO  bool
+	mtu    int
+	pay    int
+}
+
+var gsoSendCases = []gsoSendCase{
+	{"ipv4-1024", false, false, false, 1500, 1024},
+	{"ipv4-4096", false, false, false, 9000, 4096},
+	{"ipv4-seqids", false, true, false, 1500, 1024},
+	{"ipv6-1024", true, false, false, 1500, 1024},
+	{"ipv6-4096", true, false, false, 9000, 4096},
+	{"ipv4-nogso", false, false, true, 1500, 1024},
+}
+
+// open opens a (sending, with tc's NoGSO) and b on a fresh veth pair.
+func (tc gsoSendCase) open(t *testing.T) (h *netcfg.Hosts, a, b *Endpoint) {
+	t.Helper()
+	h = netcfg.TwoHosts(t, netcfg.TwoHostsOptions{MTU: tc.mtu, IPv6: tc.v6})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, NoGSO: tc.noGSO})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if b, err = Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return h, a, b
+}
+
+// checkRunID fails t unless IPv4 frame f, received as frame got of a
+// gsoBatch of run frames sent as frames, has the IPv4 ID it should: the one
+// sent, or, when the run left as super-packets of per segments (gso), the
+// ID segmentation assigns, id0+i.
+func checkRunID(t *testing.T, f []byte, frames [][]byte, got, run, per int, gso bool) {
+	t.Helper()
+	wantID := binary.BigEndian.Uint16(frames[got][ethHdr+4:])
+	if gso && got < run {
+		first := got - got%per
+		wantID = binary.BigEndian.Uint16(frames[first][ethHdr+4:]) + uint16(got%per)
+	}
+	if id := binary.BigEndian.Uint16(f[ethHdr+4:]); id != wantID {
+		t.Fatalf("frame %d: IPv4 ID %d, want %d", got, id, wantID)
+	}
+}
+
 // TestGSOSend sends runs of equal-size frames from one packet socket to
 // another across a veth pair: each run leaves as one UDP GSO skb, the veth
 // passes it whole and the receiving packet socket splits it. Every frame
 // must arrive as sent (but for the IPv4 ID the segmentation assigns, id0+i,
 // and the checksums), with a valid ICRC.
 func TestGSOSend(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		v6     bool
-		seqIDs bool
-		noGSO  bool
-		mtu    int
-		pay    int
-	}{
-		{"ipv4-1024", false, false, false, 1500, 1024},
-		{"ipv4-4096", false, false, false, 9000, 4096},
-		{"ipv4-seqids", false, true, false, 1500, 1024},
-		{"ipv6-1024", true, false, false, 1500, 1024},
-		{"ipv6-4096", true, false, false, 9000, 4096},
-		{"ipv4-nogso", false, false, true, 1500, 1024},
-	} {
+	for _, tc := range gsoSendCases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{MTU: tc.mtu, IPv6: tc.v6})
-			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, NoGSO: tc.noGSO})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { a.Close() })
-			b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { b.Close() })
+			h, a, b := tc.open(t)
 			const run = 40
 			frames := gsoBatch(t, h, tc.v6, tc.seqIDs, run, tc.pay)
 			n := len(frames)
@@ -144,14 +171,7 @@ func TestGSOSend(t *testing.T) {
 					t.Fatalf("frame %d: %v", got, err)
 				}
 				if !tc.v6 {
-					wantID := binary.BigEndian.Uint16(want[ethHdr+4:])
-					if !tc.noGSO && got < run && a.GSO() {
-						first := got - got%per
-						wantID = binary.BigEndian.Uint16(frames[first][ethHdr+4:]) + uint16(got%per)
-					}
-					if id := binary.BigEndian.Uint16(f[ethHdr+4:]); id != wantID {
-						t.Fatalf("frame %d: IPv4 ID %d, want %d", got, id, wantID)
-					}
+					checkRunID(t, f, frames, got, run, per, !tc.noGSO && a.GSO())
 				}
 			})
 			if !tc.noGSO {
