@@ -203,6 +203,29 @@ func TestGSOSend(t *testing.T) {
 	}
 }
 
+// openToUDPLink opens an afpacket endpoint a on host A of a fresh veth
+// pair and a udp link u on host B's address (IPv6 with v6), both closed
+// when t ends.
+func openToUDPLink(t *testing.T, v6 bool) (h *netcfg.Hosts, a *Endpoint, u *udp.Endpoint) {
+	t.Helper()
+	h = netcfg.TwoHosts(t, netcfg.TwoHostsOptions{IPv6: v6})
+	dst := h.B.Addr
+	if v6 {
+		dst = h.B.Addr6
+	}
+	h.B.Do(t, func() (err error) {
+		u, err = udp.Open(udp.Config{Addr: dst})
+		return err
+	})
+	t.Cleanup(func() { u.Close() })
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return h, a, u
+}
+
 // TestGSOSendToUDPLink sends super-packets from a packet socket to the
 // kernel IP stack of the far namespace, where the udp link receives them:
 // over IPv4 its raw socket sees each skb whole and splits it itself, over
@@ -212,37 +235,15 @@ func TestGSOSend(t *testing.T) {
 func TestGSOSendToUDPLink(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("v6=%v", v6), func(t *testing.T) {
-			h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{IPv6: v6})
-			dst := h.B.Addr
-			if v6 {
-				dst = h.B.Addr6
-			}
-			var u *udp.Endpoint
-			h.B.Do(t, func() (err error) {
-				u, err = udp.Open(udp.Config{Addr: dst})
-				return err
-			})
-			t.Cleanup(func() { u.Close() })
-			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { a.Close() })
+			h, a, u := openToUDPLink(t, v6)
 			const run = 40
 			frames := gsoBatch(t, h, v6, false, run, 1024)
 			n := len(frames)
 			if w, err := a.Write(frames, 0); w != n || err != nil {
 				t.Fatalf("Write = %d, %v", w, err)
 			}
-			var p wire.Packet
 			readFrames(t, u, n, 64, 2048, func(got int, f []byte) {
-				want := frames[got][ethHdr:]
-				if err := p.Decode(f, wire.FramingIP); err != nil {
-					t.Fatalf("frame %d: %v", got, err)
-				}
-				if !linktest.Equivalent(f, want, link.FormatIP) {
-					t.Fatalf("frame %d is not the packet sent:\n got %x\nwant %x", got, f[:48], want[:48])
-				}
+				checkFrame(t, got, f, frames[got][ethHdr:], link.FormatIP)
 			})
 			needGSO(t, a)
 			if as := a.Stats(); as.TxGSO == 0 || as.TxGSOSegments != run {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/linktest"
-	"github.com/goroce/goroce/hca/link/udp"
 	"github.com/goroce/goroce/hca/netcfg"
 	"github.com/goroce/goroce/wire"
 )
@@ -23,6 +22,16 @@ func needTxRing(t testing.TB, e *Endpoint) {
 	if !e.TxRing() {
 		t.Fatalf("%s sends with sendmmsg only: %v", e.Interface(), e.TxRingErr())
 	}
+}
+
+// writeRead writes frames on a and reads them back, in order and intact,
+// on b.
+func writeRead(t *testing.T, a, b *Endpoint, frames [][]byte) {
+	t.Helper()
+	if w, err := a.Write(frames, 0); w != len(frames) || err != nil {
+		t.Fatalf("Write = %d, %v", w, err)
+	}
+	readFrames(t, b, len(frames), 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, frames[got], link.FormatEthernet) })
 }
 
 // openTxRing opens a on h's host A with cfg, which must give it its
@@ -194,22 +203,7 @@ func TestTxRingSend(t *testing.T) {
 func TestTxRingToUDPLink(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("v6=%v", v6), func(t *testing.T) {
-			h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{IPv6: v6})
-			dst := h.B.Addr
-			if v6 {
-				dst = h.B.Addr6
-			}
-			var u *udp.Endpoint
-			h.B.Do(t, func() (err error) {
-				u, err = udp.Open(udp.Config{Addr: dst})
-				return err
-			})
-			t.Cleanup(func() { u.Close() })
-			a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { a.Close() })
+			h, a, u := openToUDPLink(t, v6)
 			needTxRing(t, a)
 			frames := gsoBatch(t, h, v6, false, 40, 1024)
 			n := len(frames)
@@ -346,10 +340,7 @@ func TestTxRingSkipped(t *testing.T) {
 	frames := gsoBatch(t, h, false, false, 40, 1024)
 	n := len(frames)
 	// Probe: the run by sendmmsg.
-	if w, err := a.Write(frames, 0); w != n || err != nil {
-		t.Fatalf("Write = %d, %v", w, err)
-	}
-	readFrames(t, b, n, 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, frames[got], link.FormatEthernet) })
+	writeRead(t, a, b, frames)
 	needGSO(t, a)
 	testTxBadGSO = true
 	t.Cleanup(func() { testTxBadGSO = false })
@@ -364,10 +355,7 @@ func TestTxRingSkipped(t *testing.T) {
 	if st.TxRingSkipped != 1 || st.TxGSO != 1 {
 		t.Fatalf("sender %+v: want one kick short of a super-packet, one super-packet sent (the probe)", st)
 	}
-	if w, err := a.Write(frames, 0); w != n || err != nil {
-		t.Fatalf("Write = %d, %v", w, err)
-	}
-	readFrames(t, b, n, 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, frames[got], link.FormatEthernet) })
+	writeRead(t, a, b, frames)
 	if st2 := a.Stats(); st2.TxRingFrames-st.TxRingFrames != uint64(n) || st2.TxRingSkipped != 1 {
 		t.Fatalf("sender %+v", st2)
 	}
@@ -383,10 +371,7 @@ func TestTxRingDeviceDrop(t *testing.T) {
 	frames := gsoBatch(t, h, false, false, 40, 1024)
 	n := len(frames)
 	// Probe GSO, so that the run is one slot in the ring below.
-	if w, err := a.Write(frames, 0); w != n || err != nil {
-		t.Fatalf("Write = %d, %v", w, err)
-	}
-	readFrames(t, b, n, 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, frames[got], link.FormatEthernet) })
+	writeRead(t, a, b, frames)
 	if err := netcfg.AddLoss(h.A.NS, h.A.Ifname, 100); err != nil {
 		if errors.Is(err, netcfg.ErrNoNFT) {
 			t.Skip(err)
@@ -407,10 +392,7 @@ func TestTxRingDeviceDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if w, err := a.Write(frames, 0); w != n || err != nil {
-			t.Fatalf("Write = %d, %v", w, err)
-		}
-		readFrames(t, b, n, 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, frames[got], link.FormatEthernet) })
+		writeRead(t, a, b, frames)
 	}
 	if st2 := a.Stats(); st2.TxRingFrames-st.TxRingFrames != uint64(2*n) || st2.TxDropped != st.TxDropped {
 		t.Fatalf("sender %+v", st2)
@@ -553,10 +535,7 @@ func TestTxRingHeldSkbs(t *testing.T) {
 	frames := gsoBatch(t, h, false, false, 40, 1024)
 	n := len(frames)
 	// Probe GSO, then five writes before reading.
-	if w, err := a.Write(frames, 0); w != n || err != nil {
-		t.Fatalf("Write = %d, %v", w, err)
-	}
-	readFrames(t, b, n, 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, frames[got], link.FormatEthernet) })
+	writeRead(t, a, b, frames)
 	const rounds = 5
 	var all [][]byte
 	for round := range rounds {
