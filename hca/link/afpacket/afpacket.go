@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 	"github.com/goroce/goroce/hca/netcfg"
 )
 
@@ -109,10 +110,11 @@ type Endpoint struct {
 	mac     net.HardwareAddr
 	addrs   []netip.Addr
 
-	file  *os.File // the packet socket
+	file  *os.File // the packet socket (outside the netpoller: sockpoll)
 	rc    syscall.RawConn
-	holds []int // UDP sockets holding port 4791
-	held  int   // len(holds) after Open
+	w     *sockpoll.Waiter // every operation on the sockets and rings
+	holds []int            // UDP sockets holding port 4791
+	held  int              // len(holds) after Open
 	// sndbuf is the socket's SO_SNDBUF (as the kernel doubled it).
 	sndbuf int
 
@@ -177,8 +179,13 @@ func Open(cfg Config) (*Endpoint, error) {
 		cfg.NoTxRing = false
 	}
 	e := &Endpoint{cfg: cfg, ifname: cfg.Interface}
-	err := cfg.NetNS.Do(e.open)
+	w, err := sockpoll.NewWaiter()
 	if err != nil {
+		return nil, fmt.Errorf("afpacket: eventfd: %w", err)
+	}
+	e.w = w
+	if err := cfg.NetNS.Do(e.open); err != nil {
+		e.w.Close()
 		e.closeFDs()
 		return nil, err
 	}
@@ -235,7 +242,10 @@ func (e *Endpoint) open() error {
 		}
 		return fmt.Errorf("afpacket: %s: packet socket: %w", name, err)
 	}
-	e.file = os.NewFile(uintptr(fd), "afpacket:"+name)
+	if e.file, err = sockpoll.File(fd, "afpacket:"+name); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("afpacket: %s: packet socket: %w", name, err)
+	}
 	if err := attachFilter(fd, prog); err != nil {
 		return fmt.Errorf("afpacket: %s: SO_ATTACH_FILTER: %w", name, err)
 	}
@@ -392,6 +402,9 @@ func (e *Endpoint) HardwareAddr() net.HardwareAddr { return e.mac }
 func (e *Endpoint) Close() error {
 	e.once.Do(func() {
 		e.closed.Store(true)
+		// Wakes blocked Reads and Writes and returns once no operation
+		// runs on the sockets or rings: only then may the rings go.
+		e.w.Close()
 		e.closeFDs()
 	})
 	return nil
@@ -399,8 +412,6 @@ func (e *Endpoint) Close() error {
 
 func (e *Endpoint) closeFDs() {
 	if e.file != nil {
-		// Returns once no RawConn callback runs (ring.go): only then
-		// may the ring go.
 		e.file.Close()
 	}
 	e.rx.ring.unmap()

@@ -22,8 +22,8 @@ import (
 //  2. Point three iovecs per message at: its virtio_net_hdr slot, the
 //     caller's bufs[i][offset:], and the endpoint's 64 KiB overflow buffer
 //     for that message (a GSO frame larger than the caller's buffer).
-//  3. recvmmsg (MSG_DONTWAIT inside the netpoller's RawConn.Read, which
-//     parks the goroutine on EAGAIN and wakes it on data or Close).
+//  3. recvmmsg (MSG_DONTWAIT; on EAGAIN a blocking Read waits in ppoll,
+//     which data or Close ends).
 //  4. Walk the messages: drop (and count) truncated, runt and oversized
 //     frames, finish CHECKSUM_PARTIAL checksums, close up the gaps so frames
 //     0..n-1 are in bufs[0..n-1]. At the first UDP GSO frame, move it and
@@ -60,8 +60,7 @@ type rxState struct {
 	flen           []int
 	lay            gsoLayout // layout of message pend when it is GSO (seg > 0)
 
-	fn    func(fd uintptr) bool // recvmmsg, waiting in the netpoller on EAGAIN
-	poll  sockpoll.Poll         // TryRead and WaitRead
+	poll  sockpoll.Poll // TryRead, Read and WaitRead
 	nmsg  int
 	n     int
 	errno unix.Errno
@@ -75,11 +74,10 @@ type rxState struct {
 	roff, rn   int
 	copyIov    [2]unix.Iovec
 	copyMsg    unix.Msghdr
-	waits      int                   // ringWait's calls in this WaitRead
-	ringFn     func(fd uintptr) bool // ringRecv
-	ringWaitFn func(fd uintptr) bool // ringWait
-	tryRingFn  func(fd uintptr)      // ringRecv for Control, result in took
+	ringWaitFn func(fd uintptr) // ringWait, result in wclosed
+	tryRingFn  func(fd uintptr) // ringRecv for Control, result in took
 	took       bool
+	wclosed    bool
 }
 
 func (r *rxState) init(e *Endpoint) {
@@ -89,9 +87,7 @@ func (r *rxState) init(e *Endpoint) {
 	r.iovs = make([]unix.Iovec, 3*n)
 	r.vnet = make([]byte, vnetHdrLen*n)
 	r.flen = make([]int, n)
-	r.fn = r.recv
-	r.poll.Init(r.recv)
-	r.ringFn = r.ringRecv
+	r.poll.Init(e.w, r.recv)
 	r.ringWaitFn = r.ringWait
 	r.tryRingFn = func(fd uintptr) { r.took = r.ringRecv(fd) }
 }
@@ -114,22 +110,33 @@ func (e *Endpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) 
 	return e.read(bufs, sizes, offset, false)
 }
 
-// WaitRead blocks, in the netpoller, until the socket may hold a frame
-// (link.Poller). It consumes nothing, so it may run while another goroutine
-// calls TryRead.
+// WaitRead blocks (in ppoll, outside the netpoller) until the socket may
+// hold a frame (link.Poller). It consumes nothing, so it may run while
+// another goroutine calls TryRead.
 func (e *Endpoint) WaitRead() error {
 	if e.closed.Load() {
 		return link.ErrClosed
 	}
 	var err error
 	if e.rx.ring.mem != nil {
-		e.rx.waits = 0
-		err = e.rc.Read(e.rx.ringWaitFn)
+		err = e.rx.waitRing()
 	} else {
 		err = e.rx.poll.Wait(e.rc)
 	}
 	if err != nil {
 		return e.closedErr(err)
+	}
+	return nil
+}
+
+// waitRing waits until the receive ring has a frame for user space.
+func (r *rxState) waitRing() error {
+	r.wclosed = false
+	if err := r.e.w.Do(r.e.rc, r.ringWaitFn); err != nil {
+		return err
+	}
+	if r.wclosed {
+		return sockpoll.ErrClosed
 	}
 	return nil
 }
@@ -194,7 +201,7 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 		var err error
 		again := false
 		if wait {
-			err = e.rc.Read(r.fn)
+			err = r.poll.Recv(e.rc)
 		} else {
 			again, err = r.poll.Try(e.rc)
 		}
@@ -221,21 +228,26 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 	}
 }
 
-// ringRead runs ringRecv once in the RawConn: Read waits in the
-// netpoller while the ring is empty, TryRead does not (again: nothing was
-// there). n counts frames delivered; frames dropped, and pending frames
+// ringRead runs ringRecv: Read waits in ppoll while the ring is empty,
+// TryRead does not (again: nothing was there). n counts frames delivered; frames dropped, and pending frames
 // left for the caller's loop, make n 0 with again false.
 func (r *rxState) ringRead(bufs [][]byte, sizes []int, offset int, wait bool) (n int, again bool, err error) {
 	e := r.e
 	r.rbufs, r.rsizes, r.roff, r.rn, r.errno = bufs, sizes, offset, 0, 0
-	took := true
-	if wait {
-		err = e.rc.Read(r.ringFn)
-	} else {
-		// Control, not Read: no system call, and the reference it holds
-		// on the file keeps Close from unmapping the ring under us.
-		err = e.rc.Control(r.tryRingFn)
+	// Each look is an operation of the Waiter, which keeps Close from
+	// unmapping the ring under it.
+	var took bool
+	for {
+		if err = e.w.Do(e.rc, r.tryRingFn); err != nil {
+			break
+		}
 		took = r.took
+		if took || !wait {
+			break
+		}
+		if err = r.waitRing(); err != nil {
+			break
+		}
 	}
 	r.rbufs, r.rsizes = nil, nil // do not keep the caller's buffers reachable
 	if err != nil {
@@ -426,19 +438,19 @@ type txState struct {
 	// error would not be (see send).
 	probed bool
 
-	fn    func(fd uintptr) bool
-	nmsg  int
-	niov  int
-	sent  int // messages past (sent or dropped) in msgs[:nmsg]
-	drops int // frames in the messages the device dropped
-	errno unix.Errno
+	sender sockpoll.Sender // send
+	nmsg   int
+	niov   int
+	sent   int // messages past (sent or dropped) in msgs[:nmsg]
+	drops  int // frames in the messages the device dropped
+	errno  unix.Errno
 	// Per write, added to the shared counters once.
 	gsoMsgs, gsoSegs, patched int
 
 	// The transmit ring (txring.go), when ring.mem is set, and the
 	// state of one write through it (see ringFrames).
 	ring                txRing
-	ringFn              func(fd uintptr) bool // ringWrite
+	rsender             sockpoll.Sender // ringWrite
 	rframes             [][]byte
 	roff                int
 	rfirst, rlen, rpat  []int
@@ -462,12 +474,12 @@ func (t *txState) init(e *Endpoint) {
 	t.hdrs = make([]byte, vnet.HeaderRoom(ethHdr)*n)
 	t.icrcs = make([]byte, 4*n)
 	t.runs = vnet.Runs{L2: ethHdr, USO4: true, USO6: true}
-	t.fn = t.send
+	t.sender.Init(e.w, t.send)
 	t.rfirst = make([]int, n+1)
 	t.rlen = make([]int, n)
 	t.rpat = make([]int, n)
 	t.rgso = make([]bool, n)
-	t.ringFn = t.ringWrite
+	t.rsender.Init(e.w, t.ringWrite)
 }
 
 // noOffload is the virtio_net_hdr sent before a frame sent whole: no
@@ -562,7 +574,7 @@ func (t *txState) mmsgFrames(frames [][]byte, offset int) (int, error) {
 	var err error
 	for t.sent < t.nmsg && err == nil {
 		t.errno = 0
-		if err = e.rc.Write(t.fn); err != nil {
+		if err = t.sender.Send(e.rc); err != nil {
 			err = e.closedErr(err)
 			break
 		}

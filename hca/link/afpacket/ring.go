@@ -311,11 +311,12 @@ func (r *rxState) recvCopy(fd uintptr) (int, bool) {
 	}
 }
 
-// ringWait is WaitRead's RawConn.Read callback: RawConn.Read resets the
-// netpoller's readiness first, so look at the ring once before waiting
-// (a frame that arrived since the caller's last TryRead would not wake
-// the wait), and return after the first wake-up.
-func (r *rxState) ringWait(uintptr) bool {
-	r.waits++
-	return r.waits > 1 || r.ring.ready()
+// ringWait is waitRing's callback: it waits in ppoll unless the ring
+// already holds a frame. (packet_poll reports POLLIN while the ring's
+// next slot belongs to user space, so a frame that arrived since the
+// caller's last look ends the wait at once.)
+func (r *rxState) ringWait(fd uintptr) {
+	if !r.ring.ready() {
+		r.wclosed = r.e.w.Wait(fd, unix.POLLIN)
+	}
 }

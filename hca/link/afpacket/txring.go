@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 )
 
 // The transmit ring: PACKET_TX_RING, TPACKET_V2, on a second packet socket.
@@ -67,7 +69,7 @@ import (
 //
 //   - the socket send buffer was full (sock_alloc_send_skb): the kick
 //     returns the bytes taken so far, or EAGAIN, and the rest keep
-//     SEND_REQUEST; Write waits in the netpoller for writability and kicks
+//     SEND_REQUEST; Write waits in ppoll for writability and kicks
 //     again (it returns only once the kernel has every frame);
 //   - the device dropped a frame (ENOBUFS: a full veth backlog, an
 //     nftables egress drop): tpacket_snd puts SEND_REQUEST back on that
@@ -167,7 +169,11 @@ func (e *Endpoint) setupTxRing() error {
 		unix.Close(fd)
 		return err
 	}
-	g.file = os.NewFile(uintptr(fd), "afpacket-tx:"+e.ifname)
+	if g.file, err = sockpoll.File(fd, "afpacket-tx:"+e.ifname); err != nil {
+		unix.Close(fd)
+		g.mem = nil
+		return err
+	}
 	if g.rc, err = g.file.SyscallConn(); err != nil {
 		g.close()
 		g.mem, g.file = nil, nil
@@ -267,7 +273,7 @@ func (t *txState) ringFrames(frames [][]byte, offset int) (int, error) {
 	t.rn, t.rtaken, t.rfull, t.rplaced, t.rerrno = 0, 0, false, false, 0
 	t.rdropFrames, t.rkicks, t.rskipped = 0, 0, 0
 	t.gsoMsgs, t.gsoSegs, t.patched = 0, 0, 0
-	err := t.ring.rc.Write(t.ringFn)
+	err := t.rsender.Send(t.ring.rc)
 	t.rframes = nil // retain no caller memory
 	n := t.rfirst[t.rtaken]
 	if t.rn == 0 {
@@ -298,7 +304,7 @@ func (t *txState) ringFrames(frames [][]byte, offset int) (int, error) {
 	return n, err
 }
 
-// ringWrite is the RawConn.Write callback: the first call fills slots, every
+// ringWrite is the Sender callback: the first call fills slots, every
 // call kicks until the kernel has taken them all (true) or the socket has
 // no room (false: wait for writability).
 func (t *txState) ringWrite(fd uintptr) bool {

@@ -32,9 +32,11 @@
 // known exactly; traffic class and flow label are masked and written as 0.
 // The rebuilt UDP checksum is 0 (masked in the ICRC).
 //
-// No goroutines: Read and Write block in the Go netpoller through
-// syscall.RawConn, and Close unblocks them. Nothing on the data path
-// allocates.
+// No goroutines. The sockets are outside the Go runtime's netpoller
+// (hca/link/internal/sockpoll: the netpoller would wake a thread for every
+// packet received and every sent packet freed, for nothing while a busy
+// poller reads the socket itself): Read and Write wait in ppoll(2) when
+// they must, and Close wakes them. Nothing on the data path allocates.
 //
 // This package imports the standard library, golang.org/x/sys/unix and
 // goroce's bth, wire, hca/link, hca/link/internal/vnet (the ICRC correction

@@ -19,7 +19,7 @@ import (
 // Receive path, per Read:
 //  1. Deliver what an earlier Read left over (the rest of a split
 //     aggregate, or datagrams beyond the caller's batch).
-//  2. recvmmsg, waiting in the netpoller: IPv4 into the endpoint's own
+//  2. recvmmsg, waiting in ppoll when nothing is queued: IPv4 into the endpoint's own
 //     64 KiB buffers from the raw socket (the packet may be a GSO
 //     super-datagram to split); IPv6 without GRO straight into the
 //     caller's buffers after 48 bytes of room for the rebuilt headers;
@@ -51,8 +51,7 @@ type rxState struct {
 
 	pkt wire.Packet
 
-	fn    func(fd uintptr) bool // recvmmsg, waiting in the netpoller on EAGAIN
-	poll  sockpoll.Poll         // TryRead and WaitRead
+	poll  sockpoll.Poll // TryRead, Read and WaitRead
 	nmsg  int
 	n     int
 	errno unix.Errno
@@ -74,8 +73,7 @@ func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
 		r.sa6 = make([]unix.RawSockaddrInet6, n)
 		r.oob = make([]byte, n*oobSize)
 	}
-	r.fn = r.recv
-	r.poll.Init(r.recv)
+	r.poll.Init(e.w, r.recv)
 }
 
 // Read receives up to len(bufs) IP packets (see link.Endpoint). A packet
@@ -103,7 +101,7 @@ func (r *rxState) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return r.read(bufs, sizes, offset, false)
 }
 
-// WaitRead waits, in the netpoller, until r's socket may be readable. It
+// WaitRead waits, in ppoll, until r's socket may be readable. It
 // consumes nothing, so it may run while another goroutine calls TryRead
 // (the HCA serializes TryRead calls, not WaitRead).
 func (r *rxState) WaitRead() error {
@@ -156,7 +154,7 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 		var err error
 		again := false
 		if wait {
-			err = r.rc.Read(r.fn)
+			err = r.poll.Recv(r.rc)
 		} else {
 			again, err = r.poll.Try(r.rc)
 		}

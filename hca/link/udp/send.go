@@ -6,13 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 	"github.com/goroce/goroce/hca/link/internal/vnet"
 )
 
@@ -27,7 +27,7 @@ import (
 //     will give it (0, 1, 2, ...), adjusted by CRC linearity rather than
 //     recomputed (vnet.IDBasis); the caller's bytes are never written or
 //     copied.
-//  4. sendmmsg the messages, waiting in the netpoller when the socket
+//  4. sendmmsg the messages, waiting in ppoll for room when the socket
 //     buffer is full.
 
 const (
@@ -59,11 +59,11 @@ type txState struct {
 	gso     []bool // message i is a GSO super-datagram
 	ids     vnet.IDCache
 
-	// State of one sendmmsg round through RawConn.Write.
-	fn    func(fd uintptr) bool
-	next  int // first message not yet sent
-	nmsg  int
-	errno unix.Errno
+	// State of one sendmmsg round (sender).
+	sender sockpoll.Sender
+	next   int // first message not yet sent
+	nmsg   int
+	errno  unix.Errno
 }
 
 var cmsgSpace2 = unix.CmsgSpace(2)
@@ -83,7 +83,7 @@ func (t *txState) init(e *Endpoint, rc syscall.RawConn) {
 	t.oob = make([]byte, n*cmsgSpace2)
 	t.frames = make([]int, n)
 	t.gso = make([]bool, n)
-	t.fn = t.send
+	t.sender.Init(e.w, t.send)
 }
 
 // Write sends each bufs[i][offset:], a complete IPv4 or IPv6 packet (see
@@ -118,11 +118,11 @@ func (e *Endpoint) NewTxQueue() (link.Writer, error) {
 		return nil, fmt.Errorf("udp: transmit queue: dup: %w", derr)
 	}
 	unix.CloseOnExec(fd)
-	if err := unix.SetNonblock(fd, true); err != nil {
+	f, err := sockpoll.File(fd, "udp-txq")
+	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("udp: transmit queue: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "udp-txq")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
@@ -327,7 +327,7 @@ func (t *txState) sendAll(nmsg int) (int, error) {
 	if nmsg == 0 {
 		return 0, nil
 	}
-	err := t.rc.Write(t.fn)
+	err := t.sender.Send(t.rc)
 	frames := 0
 	for i := range t.next {
 		frames += t.frames[i]

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 )
 
 // DefaultPort is the RoCEv2 UDP port.
@@ -101,6 +102,7 @@ type Endpoint struct {
 	gso    atomic.Bool
 	closed atomic.Bool
 	once   sync.Once
+	w      *sockpoll.Waiter // every socket operation; the sockets are outside the netpoller
 
 	st counters
 	tx txState // owned by the single writer
@@ -157,7 +159,11 @@ func Open(cfg Config) (*Endpoint, error) {
 			e.netns = f
 		}
 	}
+	if e.w, err = sockpoll.NewWaiter(); err != nil {
+		return nil, fmt.Errorf("udp: eventfd: %w", err)
+	}
 	if err := e.openSockets(); err != nil {
+		e.w.Close()
 		e.closeFiles()
 		return nil, err
 	}
@@ -201,7 +207,10 @@ func (e *Endpoint) openSockets() error {
 	if err != nil {
 		return fmt.Errorf("udp: socket: %w", err)
 	}
-	e.udp = os.NewFile(uintptr(fd), "udp")
+	if e.udp, err = sockpoll.File(fd, "udp"); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("udp: socket: %w", err)
+	}
 	setBuffers(fd, e.cfg.RecvBuf, e.cfg.SendBuf)
 	if e.is6 {
 		for _, o := range [][3]int{
@@ -243,7 +252,10 @@ func (e *Endpoint) openSockets() error {
 		if err != nil {
 			return fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err)
 		}
-		e.raw = os.NewFile(uintptr(rfd), "udp-raw")
+		if e.raw, err = sockpoll.File(rfd, "udp-raw"); err != nil {
+			unix.Close(rfd)
+			return fmt.Errorf("udp: raw socket: %w", err)
+		}
 		setBuffers(rfd, e.cfg.RecvBuf, 0)
 		if err := attachFilter(rfd, acceptUDPTo(e.cfg.Addr.As4(), e.cfg.Port)); err != nil {
 			return err
@@ -311,6 +323,7 @@ func (e *Endpoint) HardwareAddr() net.HardwareAddr { return nil }
 func (e *Endpoint) Close() error {
 	e.once.Do(func() {
 		e.closed.Store(true)
+		e.w.Close() // wakes blocked Reads and Writes, waits for all to return
 		e.closeFiles()
 	})
 	return nil
@@ -402,7 +415,11 @@ func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
 		if err != nil {
 			return fail(fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err))
 		}
-		f := os.NewFile(uintptr(fd), "udp-raw-q")
+		f, err := sockpoll.File(fd, "udp-raw-q")
+		if err != nil {
+			unix.Close(fd)
+			return fail(fmt.Errorf("udp: raw socket: %w", err))
+		}
 		files = append(files, f)
 		setBuffers(fd, e.cfg.RecvBuf, 0)
 		if err := attachFilter(fd, acceptUDPToQP(a4, e.cfg.Port, uint32(n), uint32(i))); err != nil {
