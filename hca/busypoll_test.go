@@ -4,20 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca"
-	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/memlink"
 	"github.com/goroce/goroce/hca/link/udp"
 	"github.com/goroce/goroce/hca/netcfg"
 	"github.com/goroce/goroce/transport"
-	"github.com/goroce/goroce/wire"
 )
 
 // udpDevices opens two devices on the udp link in a fresh namespace.
@@ -248,93 +246,128 @@ func TestBusyPollCoalescesACKWithAnswer(t *testing.T) {
 	}
 }
 
-// opcodeRecorder wraps the udp link and records the opcodes of every
-// batch written, through the link or through one of its transmit queues.
-type opcodeRecorder struct {
-	*udp.Endpoint
-	mu      sync.Mutex
-	batches [][]bth.Opcode
+// latEnd is one side of TestBusyPollSendLatOneCallPerMessage: a QP with a
+// send CQ and a receive CQ of its own, as perftest creates them.
+type latEnd struct {
+	qp       *hca.QP
+	scq, rcq *hca.CQ
+	mr       *hca.MR
 }
 
-func (r *opcodeRecorder) record(bufs [][]byte, offset int) {
-	ops := make([]bth.Opcode, len(bufs))
-	for i, f := range bufs {
-		ops[i] = bth.Opcode(f[offset+wire.IPv4Len+wire.UDPLen])
-	}
-	r.mu.Lock()
-	r.batches = append(r.batches, ops)
-	r.mu.Unlock()
-}
-
-func (r *opcodeRecorder) Write(bufs [][]byte, offset int) (int, error) {
-	r.record(bufs, offset)
-	return r.Endpoint.Write(bufs, offset)
-}
-
-type recordingWriter struct {
-	link.Writer
-	r *opcodeRecorder
-}
-
-func (w recordingWriter) Write(bufs [][]byte, offset int) (int, error) {
-	w.r.record(bufs, offset)
-	return w.Writer.Write(bufs, offset)
-}
-
-func (r *opcodeRecorder) NewTxQueue() (link.Writer, error) {
-	w, err := r.Endpoint.NewTxQueue()
-	if err != nil {
-		return nil, err
-	}
-	return recordingWriter{w, r}, nil
-}
-
-// The answer leaves before the deferred ACK it travels with: on a veth or
-// loopback the kernel delivers each frame of a batch to the peer before it
-// takes the next, and the peer waits for the answer, not the ACK.
-func TestBusyPollAnswerBeforeACK(t *testing.T) {
-	ea, eb := udpEndpoints(t)
-	rec := &opcodeRecorder{Endpoint: eb}
-	da, err := hca.Open(ea, hca.Options{Name: "aba", BusyPoll: true})
+func newLatEnd(t *testing.T, d *hca.Device) (*latEnd, *end) {
+	t.Helper()
+	pd, err := d.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer da.Close()
-	db, err := hca.Open(rec, hca.Options{Name: "abb", BusyPoll: true})
+	var cqs [2]*hca.CQ
+	for i := range cqs {
+		if cqs[i], err = d.CreateCQ(64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qp, err := pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: cqs[0], RecvCQ: cqs[1],
+		Cap: hca.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	a := newEnd(t, da, hca.RC, 4096, allAccess)
-	b := newEnd(t, db, hca.RC, 4096, allAccess)
-	connect(t, a, b, bth.MTU1024, 100, 200)
-	if err := busyPingPong(a, b, 500); err != nil {
+	buf := make([]byte, 4096)
+	mr, err := pd.RegMR(buf, allAccess)
+	if err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	mixed := 0
-	for _, ops := range rec.batches {
-		sawACK, sawSend := false, false
-		for _, op := range ops {
-			switch op {
-			case bth.OpRCAcknowledge:
-				sawACK = true
-			case bth.OpRCSendOnly:
-				if sawACK {
-					t.Fatalf("batch %v: a SEND behind an ACK", ops)
-				}
-				sawSend = true
+	return &latEnd{qp: qp, scq: cqs[0], rcq: cqs[1], mr: mr}, &end{dev: d, pd: pd, cq: cqs[0], qp: qp, mr: mr, buf: buf}
+}
+
+// spinOne busy-polls cq until it holds one successful completion.
+func spinOne(cq *hca.CQ, deadline time.Time) error {
+	var wc [1]hca.WC
+	for {
+		n, err := cq.Poll(wc[:])
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			if wc[0].Status != transport.StatusSuccess {
+				return fmt.Errorf("completion %+v", wc[0])
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no completion within 30 s")
+		}
+	}
+}
+
+// run is perftest's run_iter_lat_send with TX depth 1 (so every send is
+// signaled): wait for the peer's message (the client sends first), repost
+// the receive, post the answer and spin on the send CQ until it completes.
+func (e *latEnd) run(iters int, client bool) error {
+	recv := func() error {
+		return e.qp.PostRecv(&hca.RecvWR{SGL: []hca.SGE{e.mr.SGE(2048, 64)}})
+	}
+	for range 2 {
+		if err := recv(); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s, r := 0, 0; s < iters || r < iters; {
+		if r < iters && !(client && s == 0) {
+			if err := spinOne(e.rcq, deadline); err != nil {
+				return fmt.Errorf("receive %d: %w", r, err)
+			}
+			r++
+			if err := recv(); err != nil {
+				return err
 			}
 		}
-		if sawACK && sawSend {
-			mixed++
+		if s < iters {
+			if err := e.qp.PostSend(&hca.SendWR{ID: uint64(s), Opcode: transport.WRSend, Flags: transport.SendSignaled,
+				SGL: []hca.SGE{e.mr.SGE(0, 2)}}); err != nil {
+				return err
+			}
+			s++
+			if err := spinOne(e.scq, deadline); err != nil {
+				return fmt.Errorf("send %d: %w", s-1, err)
+			}
 		}
 	}
-	t.Logf("%d batches, %d with an answer and an ACK", len(rec.batches), mixed)
-	// TestBusyPollCoalescesACKWithAnswer shows most answers carry the ACK.
-	if mixed == 0 {
-		t.Fatal("no batch carried both an answer and an ACK")
+	return nil
+}
+
+// In perftest's send_lat pattern each side spins on its send CQ right after
+// posting: the ACK completing its message arrives with the peer's answer,
+// and the ACK it owes for that answer must wait for its own next post. One
+// sendmmsg per message and side, then. (With the ACK behind the answer in
+// the peer's batch, the poller saw the answer first, sent its deferred ACK
+// in a call of its own while spinning for the peer's ACK, and then its next
+// message in another: about 1.5 calls per message.)
+func TestBusyPollSendLatOneCallPerMessage(t *testing.T) {
+	da, db := udpDevicesWith(t, hca.Options{BusyPoll: true, Shards: 1}, hca.Options{BusyPoll: true, Shards: 1})
+	la, ea := newLatEnd(t, da)
+	lb, eb := newLatEnd(t, db)
+	connect(t, ea, eb, bth.MTU1024, 100, 200)
+	const iters = 2000
+	epA, epB := da.Link().(*udp.Endpoint), db.Link().(*udp.Endpoint)
+	a0, b0 := epA.Stats().TxCalls, epB.Stats().TxCalls
+	errc := make(chan error, 1)
+	go func() { errc <- lb.run(iters, false) }()
+	if err := la.run(iters, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := epA.Stats().TxCalls-a0, epB.Stats().TxCalls-b0
+	t.Logf("%d messages each way: %d sendmmsg calls by the client, %d by the server", iters, ca, cb)
+	for _, c := range []struct {
+		who   string
+		calls uint64
+	}{{"client", ca}, {"server", cb}} {
+		if c.calls > iters*5/4 {
+			t.Errorf("%s: %d sendmmsg calls for %d messages; want about one per message", c.who, c.calls, iters)
+		}
 	}
 }
 

@@ -43,7 +43,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
@@ -130,8 +129,6 @@ type shard struct {
 	armed  transport.Time // when the worker's timer fires (Never: not armed)
 	txBuf  [][]byte       // backing buffers
 	txOut  [][]byte       // frames of the current batch (views into txBuf)
-	txResp []bool         // txOut[i] is a response (ACK, read response, atomic ACK)
-	txTmp  [][]byte       // scratch for requestsFirst
 	ahAddr wire.Addr
 
 	// deferred is set (under mu) when a busy-poll round fed the shard and
@@ -186,8 +183,6 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 			s.txBuf[i] = make([]byte, rt.lhr+headroom+frameSize)
 		}
 		s.txOut = make([][]byte, 0, b)
-		s.txResp = make([]bool, 0, b)
-		s.txTmp = make([][]byte, 0, b)
 		rt.shards = append(rt.shards, s)
 	}
 	// With several shards, let the link sort received packets by QP onto
@@ -871,7 +866,6 @@ func (s *shard) queueFrame(buf []byte, bthOff, n int, addr *wire.Addr) {
 	}
 	off := bthOff - addr.Headroom(rt.framing) // index of the frame's first byte in buf
 	s.txOut = append(s.txOut, buf[off-rt.lhr:off+len(frame)])
-	s.txResp = append(s.txResp, bth.Opcode(buf[bthOff]).Info().Has(bth.FlagResp))
 	if len(s.txOut) == cap(s.txOut) {
 		s.flush()
 	}
@@ -883,7 +877,6 @@ func (s *shard) flush() {
 	}
 	rt := s.rt
 	d := rt.d
-	s.requestsFirst()
 	raceReleaseLink()
 	n, err := s.w.Write(s.txOut, rt.lhr)
 	var bytes int
@@ -897,45 +890,6 @@ func (s *shard) flush() {
 		d.Counters.TxErrors.Add(uint64(len(s.txOut) - n))
 	}
 	s.txOut = s.txOut[:0]
-	s.txResp = s.txResp[:0]
-}
-
-// requestsFirst moves the batch's responses behind its requests, each
-// keeping its order. A link hands a batch to the kernel frame by frame, and
-// on a veth or loopback the kernel delivers each frame to the peer (its
-// packet taps, IP stack and socket) before it takes the next one, so the
-// order decides which frame the peer sees first. When a busy poller
-// answers a message, the batch holds the deferred ACK of that message and
-// then the answer (responses are built first, transport.QP.Transmit); the
-// peer is waiting for the answer, not for the ACK, which only retires a WQE
-// the peer does not look at until it polls. Requests and responses are
-// sequenced in separate PSN spaces, so neither kind's order changes on the
-// wire; only their interleaving within one batch does.
-func (s *shard) requestsFirst() {
-	resp := s.txResp
-	i := 0
-	for i < len(resp) && !resp[i] {
-		i++
-	}
-	j := i
-	for j < len(resp) && resp[j] {
-		j++
-	}
-	if j == len(resp) {
-		return // no request behind a response
-	}
-	tmp := s.txTmp[:0]
-	k := i
-	for x := i; x < len(resp); x++ {
-		if resp[x] {
-			tmp = append(tmp, s.txOut[x])
-		} else {
-			s.txOut[k] = s.txOut[x]
-			k++
-		}
-	}
-	copy(s.txOut[k:], tmp)
-	clear(tmp)
 }
 
 type timerEntry struct {
