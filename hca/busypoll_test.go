@@ -25,8 +25,10 @@ func udpDevices(t *testing.T, opts hca.Options) (*hca.Device, *hca.Device) {
 }
 
 // udpEndpoints opens two udp links, on 127.0.0.1 and 127.0.0.2 of a fresh
-// namespace (closed when t ends; the links are the caller's to close).
-func udpEndpoints(t *testing.T) (ea, eb *udp.Endpoint) {
+// namespace (closed when t ends; the links are the caller's to close),
+// each with udp.Config.BusyPoll as given, as goroce opens the link of a
+// busy-polling HCA.
+func udpEndpoints(t *testing.T, busyA, busyB bool) (ea, eb *udp.Endpoint) {
 	t.Helper()
 	netcfg.SkipUnlessRoot(t)
 	ns, err := netcfg.NewNetNS("")
@@ -36,10 +38,10 @@ func udpEndpoints(t *testing.T) (ea, eb *udp.Endpoint) {
 	t.Cleanup(func() { ns.Close() })
 	if err := ns.Do(func() error {
 		var err error
-		if ea, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("127.0.0.1")}); err != nil {
+		if ea, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("127.0.0.1"), BusyPoll: busyA}); err != nil {
 			return err
 		}
-		eb, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("127.0.0.2")})
+		eb, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("127.0.0.2"), BusyPoll: busyB})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -50,7 +52,7 @@ func udpEndpoints(t *testing.T) (ea, eb *udp.Endpoint) {
 // udpDevicesWith is udpDevices with options for each device.
 func udpDevicesWith(t *testing.T, oa, ob hca.Options) (*hca.Device, *hca.Device) {
 	t.Helper()
-	ea, eb := udpEndpoints(t)
+	ea, eb := udpEndpoints(t, oa.BusyPoll, ob.BusyPoll)
 	oa.Name, ob.Name = "bpa", "bpb"
 	da, err := hca.Open(ea, oa)
 	if err != nil {

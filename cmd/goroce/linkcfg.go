@@ -113,7 +113,9 @@ type linkSettings struct {
 	Routes     []netip.Prefix // more prefixes routed into a created device
 
 	// busyPoll opens the HCA with hca.Options.BusyPoll (goroce bench,
-	// which spins on its CQs as perftest does); not a flag.
+	// which spins on its CQs as perftest does) and the udp or afpacket
+	// link with Config.BusyPoll (its sockets outside the netpoller); not
+	// a flag.
 	busyPoll bool
 }
 
@@ -480,7 +482,7 @@ var openTunLink = func(cfg tun.Config) (*tun.Endpoint, error) { return tun.Open(
 func openLink(s linkSettings) (link.Endpoint, error) {
 	switch s.Link {
 	case linkUDP:
-		ep, err := openUDPLink(udp.Config{Addr: s.Addr, MTU: s.MTU})
+		ep, err := openUDPLink(udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll})
 		if err != nil {
 			return nil, classifyOpenErr(err, fmt.Sprintf("udp link on %s port %d", s.Addr, udp.DefaultPort))
 		}
@@ -489,7 +491,7 @@ func openLink(s linkSettings) (link.Endpoint, error) {
 		if s.MTU != 0 {
 			return nil, linkErrf(errLinkConfig, nil, "--link-mtu applies to the udp link only (an afpacket link has its interface's MTU)")
 		}
-		cfg := afpacket.Config{Interface: s.Dev}
+		cfg := afpacket.Config{Interface: s.Dev, BusyPoll: s.busyPoll}
 		if s.Addr.IsValid() {
 			cfg.Addrs = []netip.Addr{s.Addr}
 		}

@@ -42,6 +42,14 @@ type Config struct {
 	RecvBuf, SendBuf int
 	// NoGSO sends every frame as its own skb: no UDP GSO super-packets.
 	NoGSO bool
+	// BusyPoll keeps the sockets out of the Go runtime's netpoller: set it
+	// when the HCA on this link busy-polls (hca.Options.BusyPoll). The
+	// netpoller wakes a thread for every packet received and every sent
+	// packet freed, which a busy poller, reading the socket itself, never
+	// needs; without it a Read or Write that must wait blocks in ppoll(2),
+	// which costs an HCA that blocks more than the netpoller's parking
+	// (hca/link/internal/sockpoll).
+	BusyPoll bool
 	// NoRing receives with recvmmsg from the socket queue instead of
 	// from a PACKET_RX_RING (ring.go). Open also falls back to recvmmsg
 	// when the kernel refuses the ring (RingErr says why).
@@ -110,7 +118,7 @@ type Endpoint struct {
 	mac     net.HardwareAddr
 	addrs   []netip.Addr
 
-	file  *os.File // the packet socket (outside the netpoller: sockpoll)
+	file  *os.File // the packet socket
 	rc    syscall.RawConn
 	w     *sockpoll.Waiter // every operation on the sockets and rings
 	holds []int            // UDP sockets holding port 4791
@@ -179,7 +187,7 @@ func Open(cfg Config) (*Endpoint, error) {
 		cfg.NoTxRing = false
 	}
 	e := &Endpoint{cfg: cfg, ifname: cfg.Interface}
-	w, err := sockpoll.NewWaiter()
+	w, err := sockpoll.NewWaiter(!cfg.BusyPoll)
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: eventfd: %w", err)
 	}
@@ -242,7 +250,7 @@ func (e *Endpoint) open() error {
 		}
 		return fmt.Errorf("afpacket: %s: packet socket: %w", name, err)
 	}
-	if e.file, err = sockpoll.File(fd, "afpacket:"+name); err != nil {
+	if e.file, err = e.w.File(fd, "afpacket:"+name); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("afpacket: %s: packet socket: %w", name, err)
 	}

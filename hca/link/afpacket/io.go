@@ -68,16 +68,13 @@ type rxState struct {
 	// The receive ring (ring.go), when ring.mem is set. rbufs, rsizes and
 	// roff are the caller's, for the callback only; rn is what it
 	// delivered.
-	ring       ring
-	rbufs      [][]byte
-	rsizes     []int
-	roff, rn   int
-	copyIov    [2]unix.Iovec
-	copyMsg    unix.Msghdr
-	ringWaitFn func(fd uintptr) // ringWait, result in wclosed
-	tryRingFn  func(fd uintptr) // ringRecv for Control, result in took
-	took       bool
-	wclosed    bool
+	ring     ring
+	rbufs    [][]byte
+	rsizes   []int
+	roff, rn int
+	copyIov  [2]unix.Iovec
+	copyMsg  unix.Msghdr
+	ringPoll sockpoll.Poll // ringRecv, waiting until ring.ready
 }
 
 func (r *rxState) init(e *Endpoint) {
@@ -87,9 +84,8 @@ func (r *rxState) init(e *Endpoint) {
 	r.iovs = make([]unix.Iovec, 3*n)
 	r.vnet = make([]byte, vnetHdrLen*n)
 	r.flen = make([]int, n)
-	r.poll.Init(e.w, r.recv)
-	r.ringWaitFn = r.ringWait
-	r.tryRingFn = func(fd uintptr) { r.took = r.ringRecv(fd) }
+	r.poll.Init(e.w, r.recv, nil)
+	r.ringPoll.Init(e.w, r.ringRecv, r.ring.ready)
 }
 
 func setIov(v *unix.Iovec, b []byte) {
@@ -119,24 +115,12 @@ func (e *Endpoint) WaitRead() error {
 	}
 	var err error
 	if e.rx.ring.mem != nil {
-		err = e.rx.waitRing()
+		err = e.rx.ringPoll.Wait(e.rc)
 	} else {
 		err = e.rx.poll.Wait(e.rc)
 	}
 	if err != nil {
 		return e.closedErr(err)
-	}
-	return nil
-}
-
-// waitRing waits until the receive ring has a frame for user space.
-func (r *rxState) waitRing() error {
-	r.wclosed = false
-	if err := r.e.w.Do(r.e.rc, r.ringWaitFn); err != nil {
-		return err
-	}
-	if r.wclosed {
-		return sockpoll.ErrClosed
 	}
 	return nil
 }
@@ -234,20 +218,16 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 func (r *rxState) ringRead(bufs [][]byte, sizes []int, offset int, wait bool) (n int, again bool, err error) {
 	e := r.e
 	r.rbufs, r.rsizes, r.roff, r.rn, r.errno = bufs, sizes, offset, 0, 0
-	// Each look is an operation of the Waiter, which keeps Close from
+	// Each look at the ring is an operation of the Waiter (or a RawConn
+	// callback of a File in the netpoller), which keeps Close from
 	// unmapping the ring under it.
-	var took bool
-	for {
-		if err = e.w.Do(e.rc, r.tryRingFn); err != nil {
-			break
-		}
-		took = r.took
-		if took || !wait {
-			break
-		}
-		if err = r.waitRing(); err != nil {
-			break
-		}
+	took := true
+	if wait {
+		err = r.ringPoll.Recv(e.rc)
+	} else {
+		var again bool
+		again, err = r.ringPoll.Try(e.rc)
+		took = !again
 	}
 	r.rbufs, r.rsizes = nil, nil // do not keep the caller's buffers reachable
 	if err != nil {

@@ -310,13 +310,3 @@ func (r *rxState) recvCopy(fd uintptr) (int, bool) {
 		}
 	}
 }
-
-// ringWait is waitRing's callback: it waits in ppoll unless the ring
-// already holds a frame. (packet_poll reports POLLIN while the ring's
-// next slot belongs to user space, so a frame that arrived since the
-// caller's last look ends the wait at once.)
-func (r *rxState) ringWait(fd uintptr) {
-	if !r.ring.ready() {
-		r.wclosed = r.e.w.Wait(fd, unix.POLLIN)
-	}
-}

@@ -92,6 +92,31 @@ func TestPollerNoRing(t *testing.T) {
 	linktest.Poller(t, a, b)
 }
 
+// With Config.BusyPoll the sockets are outside the netpoller (ppoll waits,
+// Close through the Waiter): the conformance suite and the poller suite,
+// on the rings and on recvmmsg.
+func TestBusyPollSockets(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	for _, noRing := range []bool{false, true} {
+		cfg := Config{BusyPoll: true, NoRing: noRing, NoTxRing: noRing}
+		name := map[bool]string{false: "rings", true: "mmsg"}[noRing]
+		t.Run(name+"/linktest", func(t *testing.T) {
+			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
+				a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, cfg)
+				if !noRing {
+					needRing(t, a)
+					needRing(t, b)
+				}
+				return a, b
+			})
+		})
+		t.Run(name+"/poller", func(t *testing.T) {
+			a, b, _ := openPairCfg(t, netcfg.TwoHostsOptions{}, cfg)
+			linktest.Poller(t, a, b)
+		})
+	}
+}
+
 // TestRingStats checks what an endpoint reports about its ring.
 func TestRingStats(t *testing.T) {
 	a, _, _ := openPairCfg(t, netcfg.TwoHostsOptions{MTU: 9000}, Config{})

@@ -10,8 +10,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 )
 
 // The transmit ring: PACKET_TX_RING, TPACKET_V2, on a second packet socket.
@@ -169,7 +167,7 @@ func (e *Endpoint) setupTxRing() error {
 		unix.Close(fd)
 		return err
 	}
-	if g.file, err = sockpoll.File(fd, "afpacket-tx:"+e.ifname); err != nil {
+	if g.file, err = e.w.File(fd, "afpacket-tx:"+e.ifname); err != nil {
 		unix.Close(fd)
 		g.mem = nil
 		return err

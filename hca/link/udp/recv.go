@@ -73,7 +73,7 @@ func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
 		r.sa6 = make([]unix.RawSockaddrInet6, n)
 		r.oob = make([]byte, n*oobSize)
 	}
-	r.poll.Init(e.w, r.recv)
+	r.poll.Init(e.w, r.recv, nil)
 }
 
 // Read receives up to len(bufs) IP packets (see link.Endpoint). A packet

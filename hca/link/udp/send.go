@@ -118,7 +118,7 @@ func (e *Endpoint) NewTxQueue() (link.Writer, error) {
 		return nil, fmt.Errorf("udp: transmit queue: dup: %w", derr)
 	}
 	unix.CloseOnExec(fd)
-	f, err := sockpoll.File(fd, "udp-txq")
+	f, err := e.w.File(fd, "udp-txq")
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("udp: transmit queue: %w", err)

@@ -51,6 +51,14 @@ type Config struct {
 	// the kernel-reported segment size. IPv6 has no IP ID, so this is exact.
 	// It is ignored for IPv4, whose receive path is a raw socket.
 	GRO bool
+	// BusyPoll keeps the sockets out of the Go runtime's netpoller: set it
+	// when the HCA on this link busy-polls (hca.Options.BusyPoll). The
+	// netpoller wakes a thread for every packet received and every sent
+	// packet freed, which a busy poller, reading the socket itself, never
+	// needs; without it a Read or Write that must wait blocks in ppoll(2),
+	// which costs an HCA that blocks more than the netpoller's parking
+	// (hca/link/internal/sockpoll).
+	BusyPoll bool
 }
 
 // Stats are the endpoint's counters.
@@ -102,7 +110,7 @@ type Endpoint struct {
 	gso    atomic.Bool
 	closed atomic.Bool
 	once   sync.Once
-	w      *sockpoll.Waiter // every socket operation; the sockets are outside the netpoller
+	w      *sockpoll.Waiter // where the sockets wait (Config.BusyPoll); every operation on them
 
 	st counters
 	tx txState // owned by the single writer
@@ -159,7 +167,7 @@ func Open(cfg Config) (*Endpoint, error) {
 			e.netns = f
 		}
 	}
-	if e.w, err = sockpoll.NewWaiter(); err != nil {
+	if e.w, err = sockpoll.NewWaiter(!cfg.BusyPoll); err != nil {
 		return nil, fmt.Errorf("udp: eventfd: %w", err)
 	}
 	if err := e.openSockets(); err != nil {
@@ -207,7 +215,7 @@ func (e *Endpoint) openSockets() error {
 	if err != nil {
 		return fmt.Errorf("udp: socket: %w", err)
 	}
-	if e.udp, err = sockpoll.File(fd, "udp"); err != nil {
+	if e.udp, err = e.w.File(fd, "udp"); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("udp: socket: %w", err)
 	}
@@ -252,7 +260,7 @@ func (e *Endpoint) openSockets() error {
 		if err != nil {
 			return fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err)
 		}
-		if e.raw, err = sockpoll.File(rfd, "udp-raw"); err != nil {
+		if e.raw, err = e.w.File(rfd, "udp-raw"); err != nil {
 			unix.Close(rfd)
 			return fmt.Errorf("udp: raw socket: %w", err)
 		}
@@ -415,7 +423,7 @@ func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
 		if err != nil {
 			return fail(fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err))
 		}
-		f, err := sockpoll.File(fd, "udp-raw-q")
+		f, err := e.w.File(fd, "udp-raw-q")
 		if err != nil {
 			unix.Close(fd)
 			return fail(fmt.Errorf("udp: raw socket: %w", err))

@@ -52,6 +52,7 @@ func TestConformanceIPv4(t *testing.T) {
 		{"gso", nil},
 		{"sendmmsg", func(c *Config) { c.NoGSO = true }},
 		{"mtu1500", func(c *Config) { c.MTU = 1500; c.BatchSize = 8 }},
+		{"busypoll", func(c *Config) { c.BusyPoll = true }}, // outside the netpoller
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
@@ -73,6 +74,7 @@ func TestConformanceIPv6(t *testing.T) {
 		{"gso", nil},
 		{"sendmmsg", func(c *Config) { c.NoGSO = true }},
 		{"gro", func(c *Config) { c.GRO = true }},
+		{"busypoll", func(c *Config) { c.BusyPoll = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {

@@ -2,22 +2,25 @@
 
 // Package sockpoll owns what the socket links (udp, afpacket) share to
 // implement link.Poller over a syscall.RawConn: a receive that never waits,
-// a wait that consumes nothing, and the sockets' life outside the Go
-// runtime's netpoller (File, Waiter).
+// a wait that consumes nothing, and where the sockets wait: in the Go
+// runtime's netpoller, or outside it (Waiter).
 //
-// Why outside the netpoller: it registers every descriptor edge-triggered
-// for reading and writing, and whenever a P is idle the runtime keeps one
-// thread blocked in epoll_pwait. Every packet a socket receives, and every
-// sent packet the kernel frees (sock_wfree wakes writers), then wakes that
-// thread, which finds nobody waiting, because a busy poller reads the
-// socket itself and a sender only waits when the socket buffer is full:
-// two context switches per packet for nothing. goroce bench send_lat
-// between two busy-polling processes on loopback (GOMAXPROCS 2): the client
-// made 19500–21000 context switches per 30000 messages with its sockets in
-// the netpoller and 1500–2000 outside it, and used 40 % less CPU
-// (docs/performance.md). A goroutine that must wait calls Waiter.Wait, which
-// blocks in ppoll(2) in its own system call, on the socket and on an
-// eventfd that Close signals.
+// Why two ways. The netpoller registers every descriptor edge-triggered for
+// reading and writing, and whenever a P is idle the runtime keeps one thread
+// blocked in epoll_pwait. Every packet a socket receives, and every sent
+// packet the kernel frees (sock_wfree wakes writers), wakes that thread. For
+// an HCA that blocks, that wake-up is how its reader goroutine gets the
+// packet, and a parked goroutine costs no thread of its own: the netpoller
+// is the right place (goroce bench write_bw --loopback: 2550–3100 MB/s with
+// it, 1640–2020 with ppoll waits, which block a thread and hand its P over
+// per wait). For an HCA that busy-polls (hca.Options.BusyPoll), the poller
+// reads the socket itself, so every such wake-up finds nobody waiting: two
+// context switches per packet for nothing. goroce bench send_lat between
+// two busy-polling processes on loopback (GOMAXPROCS 2): the client made
+// 19500–21000 context switches per 30000 messages with its sockets in the
+// netpoller and 1500–2000 outside it, and used 40 % less CPU. Outside the
+// netpoller a goroutine that must wait blocks in ppoll(2), on the socket and
+// on an eventfd that Close signals.
 //
 // This package imports the standard library and golang.org/x/sys/unix.
 package sockpoll
@@ -32,13 +35,51 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// File wraps socket fd in an *os.File that the netpoller does not watch;
-// fd stays non-blocking. (os.NewFile registers only descriptors that are
-// non-blocking when it is called, so fd is made blocking for the call.)
-// Its RawConn's Control runs callbacks; Read and Write cannot wait on it
-// (they fail on EAGAIN): wait with a Waiter instead. Its Close does not
-// wait for callbacks in progress: Waiter.Close does.
-func File(fd int, name string) (*os.File, error) {
+// ErrClosed is what Waiter operations return once the Waiter is closed.
+var ErrClosed = os.ErrClosed
+
+// Waiter is where an endpoint's sockets wait, and it tracks the operations
+// in progress on them (Enter, Exit, Do). In the netpoller (NewWaiter(true))
+// a wait parks the goroutine, and closing a File wakes it and waits for
+// the callbacks in progress, as os.File does. Outside it (NewWaiter(false))
+// a wait is a ppoll(2), and Close wakes every waiter and returns once no
+// operation is in progress, so that the endpoint may then close its
+// sockets and unmap its rings.
+type Waiter struct {
+	netpoll  bool
+	closed   atomic.Bool
+	inflight atomic.Int64
+	efd      int // outside the netpoller: eventfd, readable once Close ran
+}
+
+// NewWaiter returns an open Waiter whose sockets wait in the netpoller
+// (netpoll) or in ppoll.
+func NewWaiter(netpoll bool) (*Waiter, error) {
+	w := &Waiter{netpoll: netpoll, efd: -1}
+	if !netpoll {
+		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			return nil, err
+		}
+		w.efd = efd
+	}
+	return w, nil
+}
+
+// Netpoll reports whether w's sockets wait in the netpoller.
+func (w *Waiter) Netpoll() bool { return w.netpoll }
+
+// File wraps socket fd, non-blocking, in an *os.File for w: registered
+// with the netpoller or not. (os.NewFile registers exactly the descriptors
+// that are non-blocking when it is called, so for a File outside the
+// netpoller fd is made blocking for the call and non-blocking again after
+// it.) Outside the netpoller, the File's RawConn cannot wait (Read and
+// Write fail on EAGAIN) and its Close does not wait for callbacks in
+// progress: w does both.
+func (w *Waiter) File(fd int, name string) (*os.File, error) {
+	if w.netpoll {
+		return os.NewFile(uintptr(fd), name), nil
+	}
 	if err := unix.SetNonblock(fd, false); err != nil {
 		return nil, err
 	}
@@ -48,28 +89,6 @@ func File(fd int, name string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-// ErrClosed is what Waiter operations return once the Waiter is closed.
-var ErrClosed = os.ErrClosed
-
-// Waiter tracks the operations in progress on an endpoint's sockets
-// (Enter, Exit), blocks goroutines until a socket is ready (Wait), and on
-// Close wakes every waiter and waits for every operation to finish, so
-// that the endpoint may then close its sockets and unmap its rings.
-type Waiter struct {
-	closed   atomic.Bool
-	inflight atomic.Int64
-	efd      int // eventfd, readable once Close has run; closed by Close
-}
-
-// NewWaiter returns an open Waiter.
-func NewWaiter() (*Waiter, error) {
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return nil, err
-	}
-	return &Waiter{efd: efd}, nil
 }
 
 // Enter starts an operation on the endpoint's sockets; false means the
@@ -87,40 +106,6 @@ func (w *Waiter) Enter() bool {
 // Exit ends an operation started by Enter.
 func (w *Waiter) Exit() { w.inflight.Add(-1) }
 
-// Wait blocks until socket fd has any of events (unix.POLLIN, POLLOUT; an
-// error or hang-up counts too) or w is closed, and reports whether w is
-// closed. It runs between Enter and Exit, inside a RawConn callback that
-// keeps fd open.
-func (w *Waiter) Wait(fd uintptr, events int16) (closed bool) {
-	for !w.closed.Load() {
-		fds := [2]unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(w.efd), Events: unix.POLLIN}}
-		_, _, errno := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 2, 0, 0, 0, 0)
-		if errno != 0 && errno != unix.EINTR {
-			return w.closed.Load() // cannot wait; let the caller retry its operation
-		}
-		if fds[0].Revents != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// Close wakes every Wait, refuses new operations and returns once none is
-// in progress. It is idempotent.
-func (w *Waiter) Close() {
-	if w.closed.Swap(true) {
-		return
-	}
-	one := [8]byte{1}
-	unix.Write(w.efd, one[:])
-	// The operations in progress are short (non-blocking system calls,
-	// ring reads) or a Wait the eventfd has just ended.
-	for w.inflight.Load() != 0 {
-		time.Sleep(20 * time.Microsecond)
-	}
-	unix.Close(w.efd)
-}
-
 // Do runs f with rc's descriptor as one operation of w (Enter, Control,
 // Exit): ErrClosed when w is closed.
 func (w *Waiter) Do(rc syscall.RawConn, f func(fd uintptr)) error {
@@ -132,8 +117,43 @@ func (w *Waiter) Do(rc syscall.RawConn, f func(fd uintptr)) error {
 	return err
 }
 
+// ppoll blocks until socket fd has any of events (an error or hang-up
+// counts too) or w is closed, and reports whether w is closed. Only
+// outside the netpoller; it runs inside an operation (Do), which keeps fd
+// and the eventfd open.
+func (w *Waiter) ppoll(fd uintptr, events int16) (closed bool) {
+	for !w.closed.Load() {
+		fds := [2]unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(w.efd), Events: unix.POLLIN}}
+		_, _, errno := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 2, 0, 0, 0, 0)
+		if errno != 0 && errno != unix.EINTR {
+			return w.closed.Load() // cannot wait: let the caller retry its operation
+		}
+		if fds[0].Revents != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Close refuses new operations. Outside the netpoller it also wakes every
+// ppoll and returns once no operation is in progress; in it, closing the
+// Files does both (call Close first either way). It is idempotent.
+func (w *Waiter) Close() {
+	if w.closed.Swap(true) || w.netpoll {
+		return
+	}
+	one := [8]byte{1}
+	unix.Write(w.efd, one[:])
+	// The operations in progress are short (non-blocking system calls,
+	// ring reads) or a ppoll the eventfd has just ended.
+	for w.inflight.Load() != 0 {
+		time.Sleep(20 * time.Microsecond)
+	}
+	unix.Close(w.efd)
+}
+
 // Sender drives one socket's transmit: send writes without blocking and
-// returns false on EAGAIN (socket buffer full), and Send then waits for
+// returns false on EAGAIN (socket buffer full); Send then waits for
 // writability and calls it again. Bound once (Init), it does not
 // allocate; Send must not run concurrently with itself.
 type Sender struct {
@@ -148,13 +168,21 @@ func (s *Sender) Init(w *Waiter, send func(fd uintptr) bool) {
 	s.w, s.send = w, send
 	s.fn = func(fd uintptr) {
 		if s.done = s.send(fd); !s.done {
-			s.closed = s.w.Wait(fd, unix.POLLOUT)
+			s.closed = s.w.ppoll(fd, unix.POLLOUT)
 		}
 	}
 }
 
 // Send runs send on rc's socket until it reports done.
 func (s *Sender) Send(rc syscall.RawConn) error {
+	if s.w.netpoll {
+		if !s.w.Enter() {
+			return ErrClosed
+		}
+		err := rc.Write(s.send)
+		s.w.Exit()
+		return err
+	}
 	for {
 		s.done, s.closed = false, false
 		if err := s.w.Do(rc, s.fn); err != nil {
@@ -169,30 +197,52 @@ func (s *Sender) Send(rc syscall.RawConn) error {
 	}
 }
 
-// Poll drives one socket's non-blocking receive (Try) and its wait for
-// readability (Wait), as operations of the endpoint's Waiter. Its
-// callbacks are bound once (Init), so neither allocates. Try and Wait may
-// run concurrently with each other, but neither with itself.
+// Poll drives one socket's non-blocking receive (Try), its wait for
+// readability (Wait) and the two together (Recv), as operations of the
+// endpoint's Waiter. Its callbacks are bound once (Init), so none
+// allocates. Try and Wait may run concurrently with each other, but
+// neither with itself.
 type Poll struct {
 	w      *Waiter
 	recv   func(fd uintptr) bool
+	ready  func() bool // optional: data is queued, looked at without a system call
 	again  bool
 	closed bool
+	waits  int
 	tryFn  func(fd uintptr)
-	waitFn func(fd uintptr)
+	waitFn func(fd uintptr)      // outside the netpoller
+	parkFn func(fd uintptr) bool // in the netpoller
 }
 
 // Init binds p to w and to recv, which receives without blocking and
-// returns false on EAGAIN.
-func (p *Poll) Init(w *Waiter, recv func(fd uintptr) bool) {
-	p.w = w
-	p.recv = recv
+// returns false on EAGAIN. ready, if not nil, reports without a system
+// call whether data is queued (a packet ring's next slot); otherwise Wait
+// peeks at the socket.
+func (p *Poll) Init(w *Waiter, recv func(fd uintptr) bool, ready func() bool) {
+	p.w, p.recv, p.ready = w, recv, ready
 	p.tryFn = func(fd uintptr) {
 		if !p.recv(fd) {
 			p.again = true
 		}
 	}
-	p.waitFn = func(fd uintptr) { p.closed = p.w.Wait(fd, unix.POLLIN) }
+	p.waitFn = func(fd uintptr) {
+		if p.ready == nil || !p.ready() {
+			p.closed = p.w.ppoll(fd, unix.POLLIN)
+		}
+	}
+	p.parkFn = func(fd uintptr) bool {
+		// RawConn.Read has just reset the netpoller's readiness: a packet
+		// that arrived after the caller's last Try would not wake the
+		// wait, so look (without consuming) before waiting once.
+		p.waits++
+		if p.waits > 1 {
+			return true
+		}
+		if p.ready != nil {
+			return p.ready()
+		}
+		return peek(fd)
+	}
 }
 
 // Try runs recv once on rc's socket; again reports that nothing was queued
@@ -204,11 +254,19 @@ func (p *Poll) Try(rc syscall.RawConn) (again bool, err error) {
 }
 
 // Wait blocks until rc's socket may be readable (or the Waiter is closed:
-// then ErrClosed). ppoll is level-triggered: a packet that arrived after
-// the caller's last Try ends the wait at once.
+// then ErrClosed, or in the netpoller the closed File's error). It consumes
+// nothing, and a packet queued before it began ends it at once.
 func (p *Poll) Wait(rc syscall.RawConn) error {
+	if !p.w.Enter() {
+		return ErrClosed
+	}
+	defer p.w.Exit()
+	if p.w.netpoll {
+		p.waits = 0
+		return rc.Read(p.parkFn)
+	}
 	p.closed = false
-	if err := p.w.Do(rc, p.waitFn); err != nil {
+	if err := rc.Control(p.waitFn); err != nil {
 		return err
 	}
 	if p.closed {
@@ -219,6 +277,14 @@ func (p *Poll) Wait(rc syscall.RawConn) error {
 
 // Recv runs recv until it receives, waiting in between (a blocking Read).
 func (p *Poll) Recv(rc syscall.RawConn) error {
+	if p.w.netpoll {
+		if !p.w.Enter() {
+			return ErrClosed
+		}
+		err := rc.Read(p.recv)
+		p.w.Exit()
+		return err
+	}
 	for {
 		again, err := p.Try(rc)
 		if err != nil || !again {
@@ -228,4 +294,13 @@ func (p *Poll) Recv(rc syscall.RawConn) error {
 			return err
 		}
 	}
+}
+
+// peek reports whether a datagram or frame is queued on fd, without
+// consuming it.
+func peek(fd uintptr) bool {
+	var b [1]byte
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC, 0, 0)
+	return errno != unix.EAGAIN
 }

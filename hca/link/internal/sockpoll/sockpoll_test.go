@@ -13,14 +13,14 @@ import (
 )
 
 // pair returns the two ends of an AF_UNIX datagram socket pair: a wrapped
-// by File (with its RawConn), b a plain descriptor closed by the test.
-func pair(t *testing.T) (*os.File, syscall.RawConn, int) {
+// by w.File (with its RawConn), b a plain descriptor closed by the test.
+func pair(t *testing.T, w *Waiter) (*os.File, syscall.RawConn, int) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := File(fds[0], "a")
+	f, err := w.File(fds[0], "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,9 +32,9 @@ func pair(t *testing.T) (*os.File, syscall.RawConn, int) {
 	return f, rc, fds[1]
 }
 
-func newWaiter(t *testing.T) *Waiter {
+func newWaiter(t *testing.T, netpoll bool) *Waiter {
 	t.Helper()
-	w, err := NewWaiter()
+	w, err := NewWaiter(netpoll)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +42,28 @@ func newWaiter(t *testing.T) *Waiter {
 	return w
 }
 
-// A File is not in the netpoller (which is what deadlines need), and its
-// descriptor is non-blocking.
-func TestFileOutsideNetpoller(t *testing.T) {
-	f, rc, _ := pair(t)
-	if err := f.SetReadDeadline(time.Now()); !errors.Is(err, os.ErrNoDeadline) {
+// modes runs f for sockets in the netpoller and outside it.
+func modes(t *testing.T, f func(t *testing.T, netpoll bool)) {
+	for _, np := range []bool{true, false} {
+		name := "ppoll"
+		if np {
+			name = "netpoller"
+		}
+		t.Run(name, func(t *testing.T) { f(t, np) })
+	}
+}
+
+// A File outside the netpoller is not registered with it (which is what
+// deadlines need), one in it is; the descriptor is non-blocking either way.
+func TestFileNetpoller(t *testing.T) { modes(t, testFileNetpoller) }
+
+func testFileNetpoller(t *testing.T, netpoll bool) {
+	f, rc, _ := pair(t, newWaiter(t, netpoll))
+	err := f.SetReadDeadline(time.Now())
+	if netpoll && err != nil {
+		t.Errorf("SetReadDeadline in the netpoller: %v", err)
+	}
+	if !netpoll && !errors.Is(err, os.ErrNoDeadline) {
 		t.Errorf("SetReadDeadline: %v, want os.ErrNoDeadline (a file outside the netpoller)", err)
 	}
 	var flags int
@@ -74,11 +91,13 @@ func (r *recvOne) recv(fd uintptr) bool {
 // Try does not wait; Wait returns once a datagram is queued, including one
 // that was queued before it began (ppoll is level-triggered), and consumes
 // nothing; Recv waits and receives.
-func TestPollTryWaitRecv(t *testing.T) {
-	_, rc, peer := pair(t)
+func TestPollTryWaitRecv(t *testing.T) { modes(t, testPollTryWaitRecv) }
+
+func testPollTryWaitRecv(t *testing.T, netpoll bool) {
+	_, rc, peer := pair(t, newWaiter(t, netpoll))
 	var p Poll
 	var r recvOne
-	p.Init(newWaiter(t), r.recv)
+	p.Init(newWaiter(t, netpoll), r.recv, nil)
 	if again, err := p.Try(rc); err != nil || !again {
 		t.Fatalf("Try on an empty socket: again %v, %v", again, err)
 	}
@@ -101,17 +120,20 @@ func TestPollTryWaitRecv(t *testing.T) {
 	}
 }
 
-// Close wakes a blocked Wait and a blocked Send at once, returns only when
-// neither runs any more, and refuses operations afterwards.
-func TestCloseWakesWaiters(t *testing.T) {
-	_, rc, _ := pair(t)
-	w, err := NewWaiter()
+// Close (of the Waiter outside the netpoller, of the File in it) wakes a
+// blocked Wait and a blocked Send at once; outside the netpoller it returns
+// only when neither runs any more. Operations are refused afterwards.
+func TestCloseWakesWaiters(t *testing.T) { modes(t, testCloseWakesWaiters) }
+
+func testCloseWakesWaiters(t *testing.T, netpoll bool) {
+	w, err := NewWaiter(netpoll)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f, rc, _ := pair(t, w)
 	var p Poll
 	var r recvOne
-	p.Init(w, r.recv)
+	p.Init(w, r.recv, nil)
 	// Fill the socket so that a send would block.
 	var s Sender
 	s.Init(w, func(fd uintptr) bool {
@@ -138,13 +160,18 @@ func TestCloseWakesWaiters(t *testing.T) {
 	}
 	t0 := time.Now()
 	w.Close()
-	if n := w.inflight.Load(); n != 0 {
-		t.Errorf("%d operations still in flight after Close", n)
+	if !netpoll {
+		if n := w.inflight.Load(); n != 0 {
+			t.Errorf("%d operations still in flight after Close", n)
+		}
 	}
+	f.Close()
 	for name, c := range map[string]chan error{"Wait": waitErr, "Send": sendErr} {
 		select {
 		case err := <-c:
-			if !errors.Is(err, ErrClosed) {
+			// In the netpoller the closed File's error ("use of closed
+			// file"), which the links map to link.ErrClosed.
+			if err == nil || !netpoll && !errors.Is(err, ErrClosed) {
 				t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 			}
 		case <-time.After(5 * time.Second):
@@ -162,11 +189,14 @@ func TestCloseWakesWaiters(t *testing.T) {
 
 // Sender retries after the socket drains: a full socket blocks Send, a
 // read on the other end lets it finish.
-func TestSenderWaitsForRoom(t *testing.T) {
-	_, rc, peer := pair(t)
+func TestSenderWaitsForRoom(t *testing.T) { modes(t, testSenderWaitsForRoom) }
+
+func testSenderWaitsForRoom(t *testing.T, netpoll bool) {
+	w := newWaiter(t, netpoll)
+	_, rc, peer := pair(t, w)
 	var s Sender
 	calls := 0
-	s.Init(newWaiter(t), func(fd uintptr) bool {
+	s.Init(w, func(fd uintptr) bool {
 		calls++
 		_, err := unix.Write(int(fd), make([]byte, 512))
 		return err != unix.EAGAIN
@@ -197,11 +227,13 @@ func TestSenderWaitsForRoom(t *testing.T) {
 
 // The busy-poll path allocates nothing: an empty Try, a Wait that finds
 // data queued, a Send that goes through.
-func TestNoAllocs(t *testing.T) {
-	_, rc, peer := pair(t)
-	w := newWaiter(t)
+func TestNoAllocs(t *testing.T) { modes(t, testNoAllocs) }
+
+func testNoAllocs(t *testing.T, netpoll bool) {
+	w := newWaiter(t, netpoll)
+	_, rc, peer := pair(t, w)
 	var p Poll
-	p.Init(w, func(uintptr) bool { return false })
+	p.Init(w, func(uintptr) bool { return false }, nil)
 	var s Sender
 	s.Init(w, func(uintptr) bool { return true })
 	unix.Write(peer, []byte("x"))
