@@ -120,7 +120,7 @@ type Endpoint struct {
 
 	file  *os.File // the packet socket
 	rc    syscall.RawConn
-	w     *sockpoll.Waiter // every operation on the sockets and rings
+	w     *sockpoll.Waiter // where the sockets wait (Config.BusyPoll); every operation on them
 	holds []int            // UDP sockets holding port 4791
 	held  int              // len(holds) after Open
 	// sndbuf is the socket's SO_SNDBUF (as the kernel doubled it).
@@ -410,8 +410,10 @@ func (e *Endpoint) HardwareAddr() net.HardwareAddr { return e.mac }
 func (e *Endpoint) Close() error {
 	e.once.Do(func() {
 		e.closed.Store(true)
-		// Wakes blocked Reads and Writes and returns once no operation
-		// runs on the sockets or rings: only then may the rings go.
+		// Outside the netpoller (Config.BusyPoll) this wakes blocked
+		// Reads and Writes and returns once no operation runs on the
+		// sockets or rings; in it, closing the Files does both. Only
+		// then may the rings go.
 		e.w.Close()
 		e.closeFDs()
 	})

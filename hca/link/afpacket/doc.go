@@ -48,10 +48,10 @@
 //     RxCopies the slots taken and the copies read.
 //   - Write sends through a PACKET_TX_RING (below) by default; sendmmsg,
 //     on the receiving socket, moves a whole batch per system call,
-//     straight from the caller's buffers. The sockets are non-blocking
-//     and outside the Go netpoller (hca/link/internal/sockpoll): a wait
-//     is a ppoll(2), which the kernel ends for ring frames as for queued
-//     ones and Close ends through an eventfd.
+//     straight from the caller's buffers. The sockets are non-blocking and
+//     wait in the Go netpoller or, with Config.BusyPoll, outside it in
+//     ppoll(2) (hca/link/internal/sockpoll); the kernel ends either wait
+//     for ring frames as for queued ones, and Close unblocks it.
 //   - PACKET_VNET_HDR puts a struct virtio_net_hdr before every frame.
 //     Veths, bridges and TAPs pass GSO skbs through unsegmented, so a
 //     kernel UDP sender with UDP_SEGMENT (the udp link, rdma_rxe does not)
@@ -108,7 +108,7 @@
 //     super-packet still probes by sendmmsg (above); a batch's messages
 //     for which no slot is free (skbs not yet freed) go by sendmmsg after
 //     the ring's (Stats.TxRingFull). A short kick (send buffer full) waits
-//     in ppoll for writability and kicks again: Write returns when
+//     for writability and kicks again: Write returns when
 //     the kernel has every frame. A device drop (ENOBUFS), which
 //     tpacket_snd would retry at the next kick, is lost and counted in
 //     TxDropped as with sendmmsg: the slot's tp_len becomes 0 and the next

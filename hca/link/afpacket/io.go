@@ -22,8 +22,8 @@ import (
 //  2. Point three iovecs per message at: its virtio_net_hdr slot, the
 //     caller's bufs[i][offset:], and the endpoint's 64 KiB overflow buffer
 //     for that message (a GSO frame larger than the caller's buffer).
-//  3. recvmmsg (MSG_DONTWAIT; on EAGAIN a blocking Read waits in ppoll,
-//     which data or Close ends).
+//  3. recvmmsg (MSG_DONTWAIT; on EAGAIN a blocking Read waits, in the
+//     netpoller or in ppoll (doc.go), until data or Close).
 //  4. Walk the messages: drop (and count) truncated, runt and oversized
 //     frames, finish CHECKSUM_PARTIAL checksums, close up the gaps so frames
 //     0..n-1 are in bufs[0..n-1]. At the first UDP GSO frame, move it and
@@ -106,8 +106,8 @@ func (e *Endpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) 
 	return e.read(bufs, sizes, offset, false)
 }
 
-// WaitRead blocks (in ppoll, outside the netpoller) until the socket may
-// hold a frame (link.Poller). It consumes nothing, so it may run while
+// WaitRead blocks (in the netpoller, or in ppoll with Config.BusyPoll)
+// until the socket may hold a frame (link.Poller). It consumes nothing, so it may run while
 // another goroutine calls TryRead.
 func (e *Endpoint) WaitRead() error {
 	if e.closed.Load() {
@@ -212,9 +212,10 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 	}
 }
 
-// ringRead runs ringRecv: Read waits in ppoll while the ring is empty,
-// TryRead does not (again: nothing was there). n counts frames delivered; frames dropped, and pending frames
-// left for the caller's loop, make n 0 with again false.
+// ringRead runs ringRecv: Read waits while the ring is empty, TryRead
+// does not (again: nothing was there). n counts frames delivered; frames
+// dropped, and pending frames left for the caller's loop, make n 0 with
+// again false.
 func (r *rxState) ringRead(bufs [][]byte, sizes []int, offset int, wait bool) (n int, again bool, err error) {
 	e := r.e
 	r.rbufs, r.rsizes, r.roff, r.rn, r.errno = bufs, sizes, offset, 0, 0

@@ -67,7 +67,7 @@ import (
 //
 //   - the socket send buffer was full (sock_alloc_send_skb): the kick
 //     returns the bytes taken so far, or EAGAIN, and the rest keep
-//     SEND_REQUEST; Write waits in ppoll for writability and kicks
+//     SEND_REQUEST; Write waits for writability and kicks
 //     again (it returns only once the kernel has every frame);
 //   - the device dropped a frame (ENOBUFS: a full veth backlog, an
 //     nftables egress drop): tpacket_snd puts SEND_REQUEST back on that

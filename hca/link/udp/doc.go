@@ -32,11 +32,12 @@
 // known exactly; traffic class and flow label are masked and written as 0.
 // The rebuilt UDP checksum is 0 (masked in the ICRC).
 //
-// No goroutines. The sockets are outside the Go runtime's netpoller
-// (hca/link/internal/sockpoll: the netpoller would wake a thread for every
-// packet received and every sent packet freed, for nothing while a busy
-// poller reads the socket itself): Read and Write wait in ppoll(2) when
-// they must, and Close wakes them. Nothing on the data path allocates.
+// No goroutines. Read and Write wait, when they must, in the Go netpoller,
+// or with Config.BusyPoll in ppoll(2), the sockets then outside the
+// netpoller (which would wake a thread for every packet received and every
+// sent packet freed, for nothing while a busy poller reads the socket
+// itself; hca/link/internal/sockpoll). Close wakes them either way.
+// Nothing on the data path allocates.
 //
 // This package imports the standard library, golang.org/x/sys/unix and
 // goroce's bth, wire, hca/link, hca/link/internal/vnet (the ICRC correction

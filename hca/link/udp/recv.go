@@ -19,8 +19,8 @@ import (
 // Receive path, per Read:
 //  1. Deliver what an earlier Read left over (the rest of a split
 //     aggregate, or datagrams beyond the caller's batch).
-//  2. recvmmsg, waiting in ppoll when nothing is queued: IPv4 into the endpoint's own
-//     64 KiB buffers from the raw socket (the packet may be a GSO
+//  2. recvmmsg, waiting when nothing is queued (doc.go): IPv4 into the
+//     endpoint's own 64 KiB buffers from the raw socket (the packet may be a GSO
 //     super-datagram to split); IPv6 without GRO straight into the
 //     caller's buffers after 48 bytes of room for the rebuilt headers;
 //     IPv6 with GRO into the endpoint's buffers.
@@ -101,7 +101,7 @@ func (r *rxState) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return r.read(bufs, sizes, offset, false)
 }
 
-// WaitRead waits, in ppoll, until r's socket may be readable. It
+// WaitRead waits (doc.go) until r's socket may be readable. It
 // consumes nothing, so it may run while another goroutine calls TryRead
 // (the HCA serializes TryRead calls, not WaitRead).
 func (r *rxState) WaitRead() error {

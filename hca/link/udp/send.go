@@ -27,7 +27,7 @@ import (
 //     will give it (0, 1, 2, ...), adjusted by CRC linearity rather than
 //     recomputed (vnet.IDBasis); the caller's bytes are never written or
 //     copied.
-//  4. sendmmsg the messages, waiting in ppoll for room when the socket
+//  4. sendmmsg the messages, waiting for room (doc.go) when the socket
 //     buffer is full.
 
 const (

@@ -331,7 +331,7 @@ func (e *Endpoint) HardwareAddr() net.HardwareAddr { return nil }
 func (e *Endpoint) Close() error {
 	e.once.Do(func() {
 		e.closed.Store(true)
-		e.w.Close() // wakes blocked Reads and Writes, waits for all to return
+		e.w.Close() // outside the netpoller: wakes blocked Reads and Writes, waits for them
 		e.closeFiles()
 	})
 	return nil

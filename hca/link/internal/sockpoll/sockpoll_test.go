@@ -32,6 +32,13 @@ func pair(t *testing.T, w *Waiter) (*os.File, syscall.RawConn, int) {
 	return f, rc, fds[1]
 }
 
+// fill writes into rc's socket until it refuses (EAGAIN).
+func fill(rc syscall.RawConn) {
+	for full := false; !full; {
+		rc.Control(func(fd uintptr) { _, err := unix.Write(int(fd), make([]byte, 512)); full = err == unix.EAGAIN })
+	}
+}
+
 func newWaiter(t *testing.T, netpoll bool) *Waiter {
 	t.Helper()
 	w, err := NewWaiter(netpoll)
@@ -140,13 +147,7 @@ func testCloseWakesWaiters(t *testing.T, netpoll bool) {
 		_, err := unix.Write(int(fd), make([]byte, 512))
 		return err != unix.EAGAIN
 	})
-	for {
-		var full bool
-		rc.Control(func(fd uintptr) { _, err := unix.Write(int(fd), make([]byte, 512)); full = err == unix.EAGAIN })
-		if full {
-			break
-		}
-	}
+	fill(rc)
 	waitErr, sendErr := make(chan error, 1), make(chan error, 1)
 	go func() { waitErr <- p.Wait(rc) }()
 	go func() { sendErr <- s.Send(rc) }()
@@ -201,13 +202,7 @@ func testSenderWaitsForRoom(t *testing.T, netpoll bool) {
 		_, err := unix.Write(int(fd), make([]byte, 512))
 		return err != unix.EAGAIN
 	})
-	for {
-		var full bool
-		rc.Control(func(fd uintptr) { _, err := unix.Write(int(fd), make([]byte, 512)); full = err == unix.EAGAIN })
-		if full {
-			break
-		}
-	}
+	fill(rc)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		var b [512]byte
