@@ -231,6 +231,26 @@ func TestOpenDevicePrivilege(t *testing.T) {
 	}
 }
 
+// A busy-polling HCA gets a udp link whose sockets are outside the Go
+// netpoller (udp.Config.BusyPoll); a blocking one keeps the netpoller.
+func TestOpenDeviceBusyPollLink(t *testing.T) {
+	orig := openUDPLink
+	defer func() { openUDPLink = orig }()
+	for _, busy := range []bool{false, true} {
+		var got *udp.Config
+		openUDPLink = func(cfg udp.Config) (link.Endpoint, error) {
+			got = &cfg
+			return nil, errors.New("not opened in this test")
+		}
+		if _, err := openDevice(linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrA, busyPoll: busy}, "", ""); err == nil {
+			t.Fatal("openDevice succeeded without a link")
+		}
+		if got == nil || got.BusyPoll != busy {
+			t.Fatalf("busy-polling HCA %v: udp.Config %+v, want BusyPoll %v", busy, got, busy)
+		}
+	}
+}
+
 // TestOpenTunErrors covers the tun/tap open failures that need no device:
 // the configuration checks before tun.Open and the mapping of its errors.
 func TestOpenTunErrors(t *testing.T) {
