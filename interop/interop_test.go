@@ -630,7 +630,11 @@ func runOnce(t *testing.T, c Case, d Direction) (detail string, err error) {
 		}
 		stopCapture, err = h.guestCapture(base)
 	} else {
-		cleanup, err := h.linkSetup(c.link())
+		// Not ":=": err must stay runOnce's, which the capture check
+		// below reads (a shadowed err let a failed hostCapture reach the
+		// nil stopCapture call and panic the whole matrix).
+		var cleanup func()
+		cleanup, err = h.linkSetup(c.link())
 		if err != nil {
 			return err.Error(), err
 		}
