@@ -117,6 +117,23 @@ func (w *Waiter) Do(rc syscall.RawConn, f func(fd uintptr)) error {
 	return err
 }
 
+// park runs f through rc's Read (or with write, Write) as one operation of
+// w: in the netpoller, f returning false parks the goroutine until the
+// socket is ready, and closing the File wakes it.
+func (w *Waiter) park(rc syscall.RawConn, write bool, f func(fd uintptr) bool) error {
+	if !w.Enter() {
+		return ErrClosed
+	}
+	var err error
+	if write {
+		err = rc.Write(f)
+	} else {
+		err = rc.Read(f)
+	}
+	w.Exit()
+	return err
+}
+
 // ppoll blocks until socket fd has any of events (an error or hang-up
 // counts too) or w is closed, and reports whether w is closed. Only
 // outside the netpoller; it runs inside an operation (Do), which keeps fd
@@ -176,12 +193,7 @@ func (s *Sender) Init(w *Waiter, send func(fd uintptr) bool) {
 // Send runs send on rc's socket until it reports done.
 func (s *Sender) Send(rc syscall.RawConn) error {
 	if s.w.netpoll {
-		if !s.w.Enter() {
-			return ErrClosed
-		}
-		err := rc.Write(s.send)
-		s.w.Exit()
-		return err
+		return s.w.park(rc, true, s.send)
 	}
 	for {
 		s.done, s.closed = false, false
@@ -257,16 +269,12 @@ func (p *Poll) Try(rc syscall.RawConn) (again bool, err error) {
 // then ErrClosed, or in the netpoller the closed File's error). It consumes
 // nothing, and a packet queued before it began ends it at once.
 func (p *Poll) Wait(rc syscall.RawConn) error {
-	if !p.w.Enter() {
-		return ErrClosed
-	}
-	defer p.w.Exit()
 	if p.w.netpoll {
 		p.waits = 0
-		return rc.Read(p.parkFn)
+		return p.w.park(rc, false, p.parkFn)
 	}
 	p.closed = false
-	if err := rc.Control(p.waitFn); err != nil {
+	if err := p.w.Do(rc, p.waitFn); err != nil {
 		return err
 	}
 	if p.closed {
@@ -278,12 +286,7 @@ func (p *Poll) Wait(rc syscall.RawConn) error {
 // Recv runs recv until it receives, waiting in between (a blocking Read).
 func (p *Poll) Recv(rc syscall.RawConn) error {
 	if p.w.netpoll {
-		if !p.w.Enter() {
-			return ErrClosed
-		}
-		err := rc.Read(p.recv)
-		p.w.Exit()
-		return err
+		return p.w.park(rc, false, p.recv)
 	}
 	for {
 		again, err := p.Try(rc)
