@@ -2,6 +2,7 @@ package linktest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -86,6 +87,23 @@ func Frame(src, dst link.Endpoint, psn bth.PSN, payload int) ([]byte, error) {
 	for i := range payload {
 		buf[hr+bth.HeaderLen+i] = byte(int(psn)*7 + i)
 	}
+	return wire.Finish(buf, hr, n, framing, a)
+}
+
+// ACK returns a complete RC ACKNOWLEDGE frame (BTH, AETH, ICRC: 20 bytes,
+// as long as a SEND_ONLY of 1 to 4 bytes) from src to dst for psn, to
+// destination QP qpn.
+func ACK(src, dst link.Endpoint, qpn bth.QPN, psn bth.PSN) ([]byte, error) {
+	a, framing, err := addrFor(src, dst)
+	if err != nil {
+		return nil, err
+	}
+	hr := a.Headroom(framing)
+	n := bth.HeaderLen + bth.AETHLen
+	buf := make([]byte, hr+n+wire.Tailroom)
+	bth.Header(buf[hr:]).Encode(&bth.Fields{Opcode: bth.OpRCAcknowledge, PKey: 0xFFFF, DestQP: qpn, PSN: psn})
+	// AETH: syndrome 0x1F (ACK, no credit count), MSN psn.
+	binary.BigEndian.PutUint32(buf[hr+bth.HeaderLen:], 0x1F<<24|uint32(psn)&0xFFFFFF)
 	return wire.Finish(buf, hr, n, framing, a)
 }
 

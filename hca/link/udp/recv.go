@@ -279,7 +279,8 @@ func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int
 			return 0
 		}
 		p := len(d) - ipv4Hdr - udpHdr
-		if p <= maxRoCEPacket {
+		g := fixedAggregate(d[ipv4Hdr+udpHdr:])
+		if p <= maxRoCEPacket && g == 0 {
 			r.next()
 			if len(d) > len(bufs[0])-offset {
 				e.st.rxTooLarge.Add(1)
@@ -288,7 +289,9 @@ func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int
 			sizes[0] = copy(bufs[0][offset:], d)
 			return 1
 		}
-		g := r.findSegment(d)
+		if g == 0 {
+			g = r.findSegment(d)
+		}
 		if g == 0 {
 			// Not a GSO run of RoCE packets: an ordinary (over-long)
 			// datagram, delivered whole.
@@ -329,6 +332,28 @@ func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int
 		r.seg++
 	}
 	return n
+}
+
+// fixedAggregate returns the segment size of UDP payload p when p is a
+// super-datagram led by a packet of fixed length (fixedSegment; the sender
+// builds such runs), else 0: p is longer than that length, its segments
+// (at most 2*maxGSOSegments) each start with a known opcode, and the last
+// holds at least a BTH and an ICRC. Each segment is checked again, ICRC
+// and all, by whoever reads it.
+func fixedAggregate(p []byte) int {
+	if len(p) < bth12+4 {
+		return 0
+	}
+	g := fixedSegment(p)
+	if g == 0 || len(p) <= g || (len(p)+g-1)/g > 2*maxGSOSegments {
+		return 0
+	}
+	for off := g; off < len(p); off += g {
+		if len(p)-off < bth12+4 || !bth.Opcode(p[off]).Valid() {
+			return 0
+		}
+	}
+	return g
 }
 
 // findSegment returns the GSO segment size of IPv4 super-datagram d, or 0.

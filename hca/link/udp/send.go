@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 	"github.com/goroce/goroce/hca/link/internal/vnet"
@@ -37,7 +38,12 @@ const (
 	// BTH 12 + the longest extended headers (AtomicETH 28) + 4096 bytes of
 	// payload + ICRC 4. A longer IPv4 datagram on the raw socket can only be
 	// a GSO super-datagram; IPv4 runs shorter than that are sent as separate
-	// datagrams so the receiver can tell the two apart.
+	// datagrams so the receiver can tell the two apart. The exception: an
+	// opcode without payload (ACK, atomic ACK, RDMA READ request, atomic
+	// request, CNP) has one length, its headers plus the ICRC, so a longer
+	// datagram that starts with one can only be a super-datagram of
+	// segments that long (fixedSegment), and a run it leads may be short,
+	// e.g. an ACK and the 2-byte SEND after it (20 bytes each).
 	maxRoCEPacket = bth12 + 28 + 4096 + 4
 	bth12         = 12
 	ipv4Hdr       = 20
@@ -187,9 +193,20 @@ func (t *txState) checkFrame(f []byte) error {
 	return nil
 }
 
-// sameFlow reports whether b may follow a in a GSO run: same destination
-// address and port, same destination QP, next PSN.
-func (t *txState) sameFlow(a, b []byte) bool {
+// fixedSegment returns the length of the BTH-through-ICRC packet p when
+// its opcode allows no payload (so that length is the only one it can
+// have), else 0.
+func fixedSegment(p []byte) int {
+	info := bth.Opcode(p[0]).Info()
+	if !info.Valid() || info.Has(bth.FlagPayload) {
+		return 0
+	}
+	return info.HdrLen + 4
+}
+
+// sameDest reports whether frames a and b go to the same destination
+// address and UDP port, the one sendmsg destination of a GSO run.
+func (t *txState) sameDest(a, b []byte) bool {
 	h := t.hdr
 	var dstA, dstB []byte
 	if t.e.is6 {
@@ -197,7 +214,14 @@ func (t *txState) sameFlow(a, b []byte) bool {
 	} else {
 		dstA, dstB = a[16:20], b[16:20]
 	}
-	if string(dstA) != string(dstB) || a[h-6] != b[h-6] || a[h-5] != b[h-5] {
+	return string(dstA) == string(dstB) && a[h-6] == b[h-6] && a[h-5] == b[h-5]
+}
+
+// sameFlow reports whether b may follow a in a GSO run: same destination
+// address and port, same destination QP, next PSN.
+func (t *txState) sameFlow(a, b []byte) bool {
+	h := t.hdr
+	if !t.sameDest(a, b) {
 		return false
 	}
 	if string(a[h+5:h+8]) != string(b[h+5:h+8]) { // DestQP
@@ -239,11 +263,24 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		seg := len(f) - t.hdr
 		j := i + 1
 		if gso {
+			// A run is one QP's consecutive packets (sameFlow), or, led
+			// by a packet of fixed length, any packets of that length to
+			// the same destination: e.g. a deferred ACK and the answer
+			// it travels with, or the ACKs of many QPs. One skb crosses
+			// the stack instead of one per packet.
+			fixed := fixedSegment(f[t.hdr:]) == seg
 			sum := seg
 			for j < valid && j-i < maxGSOSegments {
 				g := bufs[j][offset:]
 				gs := len(g) - t.hdr
-				if gs > seg || sum+gs > maxPayload || !t.sameFlow(bufs[j-1][offset:], g) {
+				if gs > seg || sum+gs > maxPayload {
+					break
+				}
+				if fixed {
+					if !t.sameDest(f, g) {
+						break
+					}
+				} else if !t.sameFlow(bufs[j-1][offset:], g) {
 					break
 				}
 				sum += gs
@@ -252,7 +289,7 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 					break // a shorter segment ends the run
 				}
 			}
-			if j-i < 2 || (!e.is6 && sum <= maxRoCEPacket) {
+			if j-i < 2 || (!e.is6 && !fixed && sum <= maxRoCEPacket) {
 				j = i + 1
 			}
 		}

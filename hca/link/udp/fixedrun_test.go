@@ -1,0 +1,162 @@
+package udp
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/linktest"
+	"github.com/goroce/goroce/wire"
+)
+
+// TestFixedLengthRun: a run led by a packet of fixed length (an ACK) takes
+// any following packets of that length to the same destination, of any QP,
+// into one GSO super-datagram (a deferred ACK and the 2-byte SEND it
+// travels with, or the ACKs of several QPs); the receiver splits it by the
+// leading opcode's length. Runs led by a payload-carrying packet still
+// need one flow.
+func TestFixedLengthRun(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		name, sa, da, extra := "ipv4", "127.0.0.1", "127.0.0.2", []string(nil)
+		if v6 {
+			name, sa, da, extra = "ipv6-gro", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}
+		}
+		t.Run(name, func(t *testing.T) {
+			ns := newNetNS(t, extra...)
+			a, b := openPair(t, ns, sa, da, func(c *Config) { c.GRO = true })
+			defer a.Close()
+			defer b.Close()
+			if !a.GSO() {
+				t.Skip("kernel has no UDP_SEGMENT")
+			}
+			ack := func(qpn bth.QPN, psn bth.PSN) []byte {
+				f, err := linktest.ACK(a, b, qpn, psn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			}
+			send := func(psn bth.PSN, n int) []byte {
+				f, err := linktest.Frame(a, b, psn, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			}
+			hdr := ipv4Hdr + udpHdr
+			if v6 {
+				hdr = ipv6Hdr + udpHdr
+			}
+			if got := len(ack(1, 1)) - hdr; got != 20 || len(send(1, 2))-hdr != got {
+				t.Fatalf("ACK %d bytes, 2-byte SEND_ONLY %d: want 20 each", got, len(send(1, 2))-hdr)
+			}
+			for _, tc := range []struct {
+				name    string
+				frames  [][]byte
+				batches uint64 // GSO super-datagrams sent
+			}{
+				{"ACK then 2-byte SEND", [][]byte{ack(0x12, 7), send(100, 2)}, 1},
+				{"ACKs of four QPs and a short last", [][]byte{ack(0x12, 1), ack(0x13, 2), ack(0x14, 3), ack(0x15, 4), send(101, 0)}, 1},
+				{"SEND then ACK (no fixed leader, two flows)", [][]byte{send(102, 2), ack(0x12, 8)}, 0},
+				{"ACK then a longer SEND", [][]byte{ack(0x12, 9), send(103, 200)}, 0},
+			} {
+				before, rbefore := a.Stats(), b.Stats()
+				if w, err := a.Write(tc.frames, 0); w != len(tc.frames) || err != nil {
+					t.Fatalf("%s: Write = %d, %v", tc.name, w, err)
+				}
+				got := readN(t, b, len(tc.frames))
+				for i, f := range got {
+					var p wire.Packet
+					if err := p.Decode(f, wire.FramingIP); err != nil {
+						t.Errorf("%s: frame %d: %v", tc.name, i, err)
+					}
+					if !linktest.Equivalent(f, tc.frames[i], link.FormatIP) {
+						t.Errorf("%s: frame %d differs from what was sent", tc.name, i)
+					}
+				}
+				after, rafter := a.Stats(), b.Stats()
+				if d := after.TxGSOBatches - before.TxGSOBatches; d != tc.batches {
+					t.Errorf("%s: %d GSO batches, want %d", tc.name, d, tc.batches)
+				}
+				if !v6 && rafter.RxAggregates-rbefore.RxAggregates != tc.batches {
+					t.Errorf("%s: receiver split %d aggregates, want %d", tc.name, rafter.RxAggregates-rbefore.RxAggregates, tc.batches)
+				}
+			}
+		})
+	}
+}
+
+// readN reads n frames from e and returns copies of them.
+func readN(t *testing.T, e *Endpoint, n int) [][]byte {
+	t.Helper()
+	bufs := make([][]byte, 64)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	sizes := make([]int, len(bufs))
+	wd := linktest.NewWatchdog(linktest.Timeout, e)
+	defer wd.Stop()
+	var out [][]byte
+	for len(out) < n {
+		k, err := e.Read(bufs, sizes, 0)
+		if err != nil {
+			t.Fatal(wd.Err(err, len(out), n))
+		}
+		for i := range k {
+			out = append(out, append([]byte(nil), bufs[i][:sizes[i]]...))
+		}
+	}
+	if len(out) != n {
+		t.Fatalf("read %d frames, want %d", len(out), n)
+	}
+	return out
+}
+
+// fixedAggregate recognises only what a sender's fixed-length run can be.
+func TestFixedAggregate(t *testing.T) {
+	seg := func(op bth.Opcode, n int) []byte {
+		b := make([]byte, n)
+		b[0] = byte(op)
+		return b
+	}
+	cat := func(ps ...[]byte) []byte {
+		var out []byte
+		for _, p := range ps {
+			out = append(out, p...)
+		}
+		return out
+	}
+	ack := seg(bth.OpRCAcknowledge, 20)
+	many := ack
+	for range 2*maxGSOSegments - 1 {
+		many = cat(many, ack)
+	}
+	for _, tc := range []struct {
+		name string
+		p    []byte
+		want int
+	}{
+		{"one ACK", ack, 0},
+		{"two ACKs", cat(ack, ack), 20},
+		{"ACK and 2-byte SEND_ONLY", cat(ack, seg(bth.OpRCSendOnly, 20)), 20},
+		{"ACK and a short last", cat(ack, ack, seg(bth.OpRCSendOnly, 16)), 20},
+		{"atomic ACK pair", cat(seg(bth.OpRCAtomicAcknowledge, 28), seg(bth.OpRCAtomicAcknowledge, 28)), 28},
+		{"READ request pair", cat(seg(bth.OpRCRDMAReadRequest, 32), seg(bth.OpRCRDMAReadRequest, 32)), 32},
+		{"led by a payload opcode", cat(seg(bth.OpRCSendOnly, 20), ack), 0},
+		{"unknown opcode in segment 2", cat(ack, seg(0xFF, 20)), 0},
+		{"last segment shorter than BTH and ICRC", cat(ack, seg(bth.OpRCSendOnly, 15)), 0},
+		{"too short", ack[:10], 0},
+		{"unknown leader", cat(seg(0xFF, 20), ack), 0},
+		{"128 segments", many, 20},
+		{"129 segments", cat(many, ack), 0},
+	} {
+		if got := fixedAggregate(tc.p); got != tc.want {
+			t.Errorf("%s: fixedAggregate = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// A leader's length is its headers and the ICRC.
+	if n := fixedSegment(binary.BigEndian.AppendUint32([]byte{byte(bth.OpRCAcknowledge)}, 0)); n != 20 {
+		t.Errorf("fixedSegment(ACK) = %d, want 20", n)
+	}
+}
