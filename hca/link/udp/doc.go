@@ -10,8 +10,10 @@
 // byte for byte in the covered fields: source IP and port ours (see
 // link.SourcePorter), DF set, IPv4 ID 0 (what Linux sends on an unconnected
 // DF socket, checked by TestKernelIPIDZero), no options. Frames go out with
-// sendmmsg; runs of same-size packets of one QP to one destination go as a
-// UDP GSO super-datagram (UDP_SEGMENT), whose segments the kernel numbers
+// sendmmsg; runs of same-size packets of one QP to one destination, and
+// runs led by a packet without payload (an ACK: one length only) of
+// packets that long to one destination, whatever their QP, go as a UDP
+// GSO super-datagram (UDP_SEGMENT), whose segments the kernel numbers
 // with IP IDs 0, 1, 2, ... (TestGSOSegmentIPIDs): Write sends segments
 // 1..n from copies carrying the ICRC for their ID, never writing the
 // caller's bytes.
@@ -22,7 +24,8 @@
 // unreachable, and a drop-everything filter keeps its queue empty. On
 // loopback and veth a GSO super-datagram is never segmented, so the raw
 // socket sees it whole; Read splits it the way the kernel's segmentation
-// would (IDs id, id+1, ...), finding the segment size from the BTHs and
+// would (IDs id, id+1, ...), taking the segment size from the leading
+// opcode when it has one length, or else finding it from the BTHs and
 // confirming it with the first segment's ICRC.
 //
 // Receive path, IPv6: raw IPv6 sockets do not show the IP header, so Read
