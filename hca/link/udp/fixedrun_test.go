@@ -2,6 +2,7 @@ package udp
 
 import (
 	"encoding/binary"
+	"net/netip"
 	"testing"
 
 	"github.com/goroce/goroce/bth"
@@ -158,5 +159,63 @@ func TestFixedAggregate(t *testing.T) {
 	// A leader's length is its headers and the ICRC.
 	if n := fixedSegment(binary.BigEndian.AppendUint32([]byte{byte(bth.OpRCAcknowledge)}, 0)); n != 20 {
 		t.Errorf("fixedSegment(ACK) = %d, want 20", n)
+	}
+}
+
+// TestSplitMixedQPs: the afpacket and tun links send equal-size packets of
+// several QPs to one destination as one super-packet, which a veth passes
+// whole, so the raw socket shows it whole and Read must split it although
+// its segments do not continue one flow.
+func TestSplitMixedQPs(t *testing.T) {
+	src, dst := netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2")
+	const n, payload = 3, 3000
+	var frames [][]byte
+	for s := range n {
+		// Segment s carries IP ID s, as the kernel numbers them.
+		a := &wire.Addr{Kind: wire.KindRoCEv2IPv4, SrcIP: src, DstIP: dst, HopLimit: 64,
+			DontFragment: true, SrcPort: 0xC000, IPID: uint16(s)}
+		hr := a.Headroom(wire.FramingIP)
+		m := bth.HeaderLen + payload
+		buf := make([]byte, hr+m+wire.Tailroom)
+		bth.Header(buf[hr:]).Encode(&bth.Fields{Opcode: bth.OpRCSendOnly, PKey: 0xFFFF,
+			DestQP: bth.QPN(0x20 + s), PSN: bth.PSN(1000 * s)})
+		for i := range payload {
+			buf[hr+bth.HeaderLen+i] = byte(i*7 + s)
+		}
+		f, err := wire.Finish(buf, hr, m, wire.FramingIP, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f)
+	}
+	const h = ipv4Hdr + udpHdr
+	d := append([]byte(nil), frames[0][:h]...)
+	for _, f := range frames {
+		d = append(d, f[h:]...)
+	}
+	binary.BigEndian.PutUint16(d[2:], uint16(len(d)))
+	binary.BigEndian.PutUint16(d[24:], uint16(len(d)-ipv4Hdr))
+	r := &rxState{e: &Endpoint{cfg: Config{Addr: dst, Port: 4791}}}
+	bufs := make([][]byte, 8)
+	for i := range bufs {
+		bufs[i] = make([]byte, 4096)
+	}
+	sizes := make([]int, len(bufs))
+	k := r.deliver4(d, bufs, sizes, 0)
+	if k != n {
+		t.Fatalf("split into %d frames, want %d", k, n)
+	}
+	for s := range n {
+		f := bufs[s][:sizes[s]]
+		var p wire.Packet
+		if err := p.Decode(f, wire.FramingIP); err != nil {
+			t.Errorf("segment %d: %v", s, err)
+		}
+		if !linktest.Equivalent(f, frames[s], link.FormatIP) {
+			t.Errorf("segment %d differs from frame %d", s, s)
+		}
+	}
+	if got := r.e.st.rxAggregates.Load(); got != 1 {
+		t.Errorf("%d aggregates counted, want 1", got)
 	}
 }

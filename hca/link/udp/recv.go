@@ -358,24 +358,43 @@ func fixedAggregate(p []byte) int {
 
 // findSegment returns the GSO segment size of IPv4 super-datagram d, or 0.
 // Candidates are offsets where a BTH of the same P_Key and destination QP
-// with the next PSN starts (Write only aggregates such runs); a candidate is
-// confirmed by the ICRC of the first segment computed over the IP and UDP
-// headers that segment would carry.
+// with the next PSN starts (Write aggregates such runs); failing those,
+// offsets where any BTH of the same P_Key starts (the afpacket and tun
+// links aggregate equal-size packets of any QP to one destination). A
+// candidate is confirmed by the ICRC of the first segment computed over
+// the IP and UDP headers that segment would carry.
 func (r *rxState) findSegment(d []byte) int {
+	if g := r.findSegmentBy(d, true); g > 0 {
+		return g
+	}
+	return r.findSegmentBy(d, false)
+}
+
+// findSegmentBy is one pass of findSegment: with sameFlow, candidates must
+// continue the first segment's flow.
+func (r *rxState) findSegmentBy(d []byte, sameFlow bool) int {
 	const h = ipv4Hdr + udpHdr
 	p := len(d) - h
 	b0 := d[h:]
 	psn1 := (binary.BigEndian.Uint32(b0[8:]) + 1) & 0xFFFFFF
 	tries := 0
-	// try reports whether g is the segment size: a BTH of the same flow
-	// with the next PSN sits at g, and the first segment's ICRC verifies.
+	// try reports whether g is the segment size: a BTH (with sameFlow, of
+	// the same flow with the next PSN) sits at g, and the first segment's
+	// ICRC verifies.
 	try := func(g int) (ok, stop bool) {
 		if g+bth12+4 > p {
 			return false, false
 		}
 		c := d[h+g:]
-		if c[2] != b0[2] || c[3] != b0[3] || c[5] != b0[5] || c[6] != b0[6] || c[7] != b0[7] ||
-			binary.BigEndian.Uint32(c[8:])&0xFFFFFF != psn1 {
+		if c[2] != b0[2] || c[3] != b0[3] {
+			return false, false
+		}
+		if sameFlow {
+			if c[5] != b0[5] || c[6] != b0[6] || c[7] != b0[7] ||
+				binary.BigEndian.Uint32(c[8:])&0xFFFFFF != psn1 {
+				return false, false
+			}
+		} else if !bth.Opcode(c[0]).Valid() || c[1]&0x0F != 0 { // known opcode, TVer 0
 			return false, false
 		}
 		if (p+g-1)/g > 2*maxGSOSegments {
