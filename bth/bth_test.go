@@ -98,6 +98,26 @@ func hex2(b uint8) string {
 	return string([]byte{d[b>>4], d[b&15]})
 }
 
+func TestFixedHdrLen(t *testing.T) {
+	for _, tc := range []struct {
+		op   bth.Opcode
+		want int
+	}{
+		{bth.OpRCAcknowledge, 16},       // BTH, AETH
+		{bth.OpRCAtomicAcknowledge, 24}, // BTH, AETH, AtomicAckETH
+		{bth.OpRCRDMAReadRequest, 28},   // BTH, RETH
+		{bth.OpCNP, 28},                 // BTH, 16 reserved bytes
+		{bth.OpRCSendOnly, 0},
+		{bth.OpRCRDMAReadResponseMiddle, 0},
+		{bth.OpUDSendOnly, 0},
+		{bth.Opcode(0xFF), 0},
+	} {
+		if got := tc.op.FixedHdrLen(); got != tc.want {
+			t.Errorf("%v: FixedHdrLen %d, want %d", tc.op, got, tc.want)
+		}
+	}
+}
+
 func TestPSN(t *testing.T) {
 	tests := []struct {
 		p, q bth.PSN

@@ -148,6 +148,18 @@ func (op Opcode) Info() *OpInfo { return &opTable[op] }
 // Valid reports whether op is a known opcode.
 func (op Opcode) Valid() bool { return opTable[op].HdrLen != 0 }
 
+// FixedHdrLen returns the header length (BTH and extended headers) of an
+// opcode whose packets carry no payload (ACK, atomic ACK, RDMA READ
+// request, atomic request, CNP): with the ICRC, the one length such a
+// packet can have. It returns 0 for an opcode with payload or an unknown
+// one.
+func (op Opcode) FixedHdrLen() int {
+	if i := &opTable[op]; i.HdrLen != 0 && i.Flags&FlagPayload == 0 {
+		return i.HdrLen
+	}
+	return 0
+}
+
 func (op Opcode) String() string {
 	if opTable[op].Name != "" {
 		return opTable[op].Name

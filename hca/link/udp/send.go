@@ -15,6 +15,7 @@ import (
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 	"github.com/goroce/goroce/hca/link/internal/vnet"
+	"github.com/goroce/goroce/wire"
 )
 
 // Send path, per Write:
@@ -197,11 +198,10 @@ func (t *txState) checkFrame(f []byte) error {
 // its opcode allows no payload (so that length is the only one it can
 // have), else 0.
 func fixedSegment(p []byte) int {
-	info := bth.Opcode(p[0]).Info()
-	if !info.Valid() || info.Has(bth.FlagPayload) {
-		return 0
+	if n := bth.Opcode(p[0]).FixedHdrLen(); n > 0 {
+		return n + wire.ICRCLen
 	}
-	return info.HdrLen + 4
+	return 0
 }
 
 // sameDest reports whether frames a and b go to the same destination

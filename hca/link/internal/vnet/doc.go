@@ -18,7 +18,7 @@
 // the virtio_net_hdr's hdr_len and csum_start): one implementation of the
 // run rules, the header and the ICRC patch.
 //
-// This package imports the standard library only. It is internal to
-// hca/link: the tun and afpacket links use all of it, the udp link the
-// ICRC correction.
+// This package imports the standard library and goroce's bth (which
+// opcodes have one length). It is internal to hca/link: the tun and
+// afpacket links use all of it, the udp link the ICRC correction.
 package vnet

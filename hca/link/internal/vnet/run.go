@@ -1,6 +1,10 @@
 package vnet
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/goroce/goroce/bth"
+)
 
 // Send side: grouping a batch of RoCEv2 frames into UDP GSO super-packets
 // for the kernel to segment (TUN with TUNSETOFFLOAD, a packet socket with
@@ -121,7 +125,10 @@ func (r *Runs) sameRun(first, prev, g []byte, hl, segs int) bool {
 // An IPv4 run whose UDP payload fits one RoCE packet is sent frame by
 // frame: a receiver that sees the super-packet unsegmented (a raw IPv4
 // socket: the udp link) could only tell it from one packet by its length.
-// (IPv6 has no raw-socket receiver; a UDP socket gets segments.)
+// (IPv6 has no raw-socket receiver; a UDP socket gets segments.) Unless
+// the run starts with a packet without payload (an ACK), whose opcode has
+// one length only: that tells the segment size (e.g. an ACK and the 2-byte
+// SEND after it, 20 bytes each).
 func (r *Runs) Next(frames [][]byte, offset, i int) (j, hl int) {
 	f := frames[i][offset:]
 	hl = r.HeaderLen(f)
@@ -136,10 +143,18 @@ func (r *Runs) Next(frames [][]byte, offset, i int) (j, hl int) {
 			break // a shorter packet ends the run
 		}
 	}
-	if j == i+1 || hl == ipv4Len+udpLen && r.payload(frames[i:j], offset, hl) <= MaxRoCEPacket {
+	if j == i+1 || hl == ipv4Len+udpLen && r.payload(frames[i:j], offset, hl) <= MaxRoCEPacket &&
+		!fixedLength(f[r.L2+hl:]) {
 		return i + 1, 0
 	}
 	return j, hl
+}
+
+// fixedLength reports whether p (BTH through ICRC) has the one length its
+// opcode allows, which only an opcode without payload has.
+func fixedLength(p []byte) bool {
+	n := bth.Opcode(p[0]).FixedHdrLen()
+	return n > 0 && len(p) == n+4 // + ICRC
 }
 
 // payload is the UDP payload of a run: its frames without headers.

@@ -161,6 +161,28 @@ func TestRunsShortIPv4Run(t *testing.T) {
 			t.Errorf("v6 %v size %d: run of %d, want %d", tc.v6, tc.size, j, tc.want)
 		}
 	}
+	// Led by an ACK (20 bytes, its only length) a short IPv4 run is one
+	// super-packet: the receiver knows the segment size from the opcode.
+	// Led by the 2-byte SEND (as long, but it could be longer) it is not.
+	ack := withEth(roceOp(t, bth.OpRCAcknowledge, false, 0, 5, 4))
+	send := withEth(roce(t, false, 0, 6, 2))
+	if len(ack) != len(send) {
+		t.Fatalf("ACK %d bytes, 2-byte SEND %d", len(ack), len(send))
+	}
+	r := Runs{L2: 14, USO4: true, USO6: true}
+	for _, tc := range []struct {
+		name   string
+		frames [][]byte
+		want   int
+	}{
+		{"ACK, SEND, SEND", [][]byte{ack, send, send}, 3},
+		{"ACK, ACK", [][]byte{ack, ack}, 2},
+		{"SEND, ACK", [][]byte{send, ack}, 1},
+	} {
+		if j, hl := r.Next(tc.frames, 0, 0); j != tc.want || (j > 1) != (hl > 0) {
+			t.Errorf("%s: run of %d (header %d), want %d", tc.name, j, hl, tc.want)
+		}
+	}
 }
 
 // TestRunsNotRoCE: frames that cannot start a super-packet (not RoCEv2,

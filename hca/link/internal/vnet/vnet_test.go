@@ -14,6 +14,13 @@ import (
 // UDP checksum, IPv4 identification id, by wire.Finish.
 func roce(t testing.TB, v6 bool, id uint16, psn bth.PSN, payload int) []byte {
 	t.Helper()
+	return roceOp(t, bth.OpRCSendOnly, v6, id, psn, payload)
+}
+
+// roceOp is roce with opcode op (payload counts the bytes after the BTH,
+// e.g. 4 for an ACK's AETH).
+func roceOp(t testing.TB, op bth.Opcode, v6 bool, id uint16, psn bth.PSN, payload int) []byte {
+	t.Helper()
 	a := &wire.Addr{Kind: wire.KindRoCEv2IPv4, SrcIP: netip.MustParseAddr("10.0.0.1"),
 		DstIP: netip.MustParseAddr("10.0.0.2"), HopLimit: 64, DontFragment: true,
 		SrcPort: 0xC001, IPID: id, UDPChecksum: true}
@@ -24,7 +31,7 @@ func roce(t testing.TB, v6 bool, id uint16, psn bth.PSN, payload int) []byte {
 	pad := (4 - payload%4) % 4
 	n := bth.HeaderLen + payload + pad
 	buf := make([]byte, hr+n+wire.Tailroom)
-	bth.Header(buf[hr:]).Encode(&bth.Fields{Opcode: bth.OpRCSendOnly, PadCnt: pad, PKey: 0xFFFF, DestQP: 0x11, PSN: psn})
+	bth.Header(buf[hr:]).Encode(&bth.Fields{Opcode: op, PadCnt: pad, PKey: 0xFFFF, DestQP: 0x11, PSN: psn})
 	for i := range payload {
 		buf[hr+bth.HeaderLen+i] = byte(int(psn)*7 + i)
 	}
