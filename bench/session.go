@@ -388,9 +388,13 @@ func (s *Session) poll(ctx context.Context, cq *hca.CQ) ([]hca.WC, error) {
 		if busy {
 			// Spin as perftest does on ibv_poll_cq: each empty Poll
 			// receives in this goroutine. Yield now and then so that
-			// the device's own goroutines and the peer (in --loopback,
-			// the other side) get the CPU on small machines.
-			if spins%32 == 0 {
+			// the device's own goroutines (timers, a reader taking
+			// over) run, on this thread when nothing else is ready.
+			// Every 8 empty polls, not 32: in the TCG guest of
+			// bench-vs-rxe that cut send_lat's t_avg by a quarter and
+			// its p99.9 by half (docs/performance.md, session 6); every
+			// poll gained nothing more.
+			if spins%8 == 0 {
 				if err := ctx.Err(); err != nil {
 					return nil, fmt.Errorf("bench: waiting for completions: %w", err)
 				}
