@@ -30,6 +30,8 @@
 # GODEBUG=...); -k keeps the VM up afterwards; -w builds goroce from the working tree instead
 # of a clean export of HEAD.
 # Exit: 0 everything measured, 1 a run failed or printed no result, 2 harness (build, boot, root).
+# With send_lat, the table also shows the floor under it on goroce's path (interop/udplat: a plain
+# UDP ping-pong between the two namespaces, and one shaped as goroce's udp link's traffic).
 # The table ends with what the guest charges per operation of a 64 KiB message (interop/tcgcost:
 # Go copy, goroce's ICRC, hash/crc32, the kernel's copy in and out of a socket).
 # Outputs: .cache/bvr/{table.txt,results.tsv,runs.log}; every exact command is in runs.log.
@@ -105,7 +107,8 @@ else
 fi
 log "building static goroce ($REV) in $SRC"
 (cd "$SRC" && CGO_ENABLED=0 "$GO" build -trimpath -o "$SHARE/goroce" ./cmd/goroce &&
-  CGO_ENABLED=0 "$GO" build -trimpath -o "$SHARE/tcgcost" ./interop/tcgcost) || exit 2
+  CGO_ENABLED=0 "$GO" build -trimpath -o "$SHARE/tcgcost" ./interop/tcgcost &&
+  CGO_ENABLED=0 "$GO" build -trimpath -o "$SHARE/udplat" ./interop/udplat) || exit 2
 [ "$WORKTREE" = 1 ] || rm -rf "$SRC"
 cp "$IOP/bench-vs-rxe-guest.sh" "$SHARE/bench-vs-rxe-guest.sh" || exit 2
 G=/mnt/host/bench-vs-rxe-guest.sh
@@ -136,10 +139,22 @@ bench() {
 record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$TSV"; }
 
 FAIL=0
+FLOOR=
 for lm in ${MTUS//,/ }; do
   case $lm in 1500) ib=1024 ;; 9000) ib=4096 ;; *) log "ERROR: link MTU $lm: use 1500 or 9000"; exit 2 ;; esac
   log "guest: setup at link MTU $lm (IB MTU $ib)"
   vmx "$G setup $lm" 2>&1 | tee -a "$RUNLOG" >&2 || { log "ERROR: guest setup failed"; exit 2; }
+  case ,$MODES, in
+    *,send_lat,*)
+      # The floor under send_lat on goroce's path (interop/udplat): a busy-polled ping-pong of
+      # 20-byte datagrams between bvra and bvrb, plain and as goroce's udp link sends and
+      # receives (raw-socket receive, the ACK and the answer in one GSO skb).
+      for f in "" "-raw -gso 2"; do
+        l=$(vmx "/mnt/host/udplat $f -n $LAT_ITERS bvra 10.98.0.1 bvrb 10.98.0.2" 2>&1 | tail -1)
+        echo "=== $(date +%T) udplat $f (guest, link MTU $lm)"$'\n'"$l" >> "$RUNLOG"
+        FLOOR+="  IB MTU $ib, udplat ${f:-(plain)}: $l"$'\n'
+      done ;;
+  esac
   for rep in $(seq 1 "$REPS"); do
     for mode in ${MODES//,/ }; do
       case $mode in
@@ -198,6 +213,10 @@ vmx "$G teardown" >/dev/null 2>&1
     }' "$TSV"
   echo "guest cost per 64 KiB (interop/tcgcost, best of 7):"
   printf '%s\n' "$COSTS" | sed 's/^/  /'
+  if [ -n "$FLOOR" ]; then
+    echo "send_lat floor on goroce's path: UDP ping-pong bvra <-> bvrb, 20-byte datagrams, busy-polled (interop/udplat), half round trip:"
+    printf '%s' "$FLOOR"
+  fi
   echo "commands (guest): see $RUNLOG ('# server:' / '# client:' lines); total $(( $(date +%s) - T0 )) s with boot"
 } | tee "$TABLE"
 awk '/^# (server|client):/ && !seen[$0]++ { print "  " substr($0, 3) }' "$RUNLOG" | head -16 | tee -a "$TABLE"

@@ -1,0 +1,236 @@
+// Command udplat measures the floor under a user-space transport's send_lat
+// on a path: a ping-pong of UDP datagrams between two network namespaces,
+// each side a thread that busy-polls a non-blocking socket with recvmsg and
+// answers with one sendmsg, which is the least a transport over UDP sockets
+// does per message (goroce adds its protocol work and the ACK that rides
+// in the same skb). It prints half the round trip, as perftest's send_lat
+// does. It exists for the TCG guest of bench-vs-rxe, where a system call
+// and a trip through the stack cost far more than on hardware:
+//
+//	/mnt/host/udplat [-n 10000] [-size 20] bvra 10.98.0.1 bvrb 10.98.0.2
+//
+// Both sockets use port 18600 (-port); the namespaces are `ip netns` names.
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "udplat:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	n := flag.Int("n", 10000, "round trips")
+	size := flag.Int("size", 20, "UDP payload bytes (20: a BTH, 2 bytes of SEND payload and pad, the ICRC)")
+	port := flag.Int("port", 18600, "UDP port of both sockets")
+	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long")
+	gso := flag.Int("gso", 0, "send each message as this many segments of -size bytes in one UDP GSO super-datagram (as goroce's ACK and answer)")
+	raw := flag.Bool("raw", false, "receive as goroce's udp link does over IPv4: on a raw socket, the UDP socket only holding the port (a filter drops all it gets)")
+	flag.Parse()
+	if flag.NArg() != 4 {
+		return errors.New("usage: udplat [-n N] [-size B] NETNS_A ADDR_A NETNS_B ADDR_B")
+	}
+	aAddr, err := netip.ParseAddr(flag.Arg(1))
+	if err != nil {
+		return err
+	}
+	bAddr, err := netip.ParseAddr(flag.Arg(3))
+	if err != nil {
+		return err
+	}
+	if !aAddr.Is4() || !bAddr.Is4() {
+		return errors.New("IPv4 addresses only")
+	}
+	fa, err := openIn(flag.Arg(0), aAddr, *port, *raw)
+	if err != nil {
+		return err
+	}
+	defer fa.close()
+	fb, err := openIn(flag.Arg(2), bAddr, *port, *raw)
+	if err != nil {
+		return err
+	}
+	defer fb.close()
+	deadline := time.Now().Add(*timeout)
+	toA := &unix.SockaddrInet4{Port: *port, Addr: aAddr.As4()}
+	toB := &unix.SockaddrInet4{Port: *port, Addr: bAddr.As4()}
+
+	// B echoes every datagram back to A.
+	echoErr := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		buf := make([]byte, 2048)
+		for i := 0; i < *n; i++ {
+			k, err := spinRecv(fb.rx, buf, deadline)
+			if err != nil {
+				echoErr <- fmt.Errorf("echo %d: %w", i, err)
+				return
+			}
+			if *raw {
+				k -= 28 // the IPv4 and UDP headers
+			}
+			if err := send(fb.tx, buf[:k], *size, *gso, toA); err != nil {
+				echoErr <- fmt.Errorf("echo %d: %w", i, err)
+				return
+			}
+		}
+		echoErr <- nil
+	}()
+
+	runtime.LockOSThread()
+	segs := max(*gso, 1)
+	msg, buf := make([]byte, *size*segs), make([]byte, 65536)
+	lat := make([]time.Duration, 0, *n)
+	sendDur := make([]time.Duration, 0, *n)
+	for i := 0; i < *n; i++ {
+		t0 := time.Now()
+		if err := send(fa.tx, msg, *size, *gso, toB); err != nil {
+			return fmt.Errorf("ping %d: %w", i, err)
+		}
+		sendDur = append(sendDur, time.Since(t0))
+		if _, err := spinRecv(fa.rx, buf, deadline); err != nil {
+			return fmt.Errorf("ping %d: %w", i, err)
+		}
+		lat = append(lat, time.Since(t0)/2)
+	}
+	if err := <-echoErr; err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	how := "UDP socket"
+	if *raw {
+		how = "raw IPv4 socket"
+	}
+	fmt.Printf("UDP ping-pong %s %v <-> %s %v, %d-byte datagrams, %d round trips, busy-polled recvmsg on a %s; half round trip:\n",
+		flag.Arg(0), aAddr, flag.Arg(2), bAddr, *size, *n, how)
+	slices.Sort(sendDur)
+	fmt.Printf("t_min %.2f us, t_typical %.2f us, t_avg %.2f us, p99 %.2f us; the send system call %.2f us typical\n",
+		us(lat[0]), us(lat[len(lat)/2]), us(sum/time.Duration(len(lat))), us(lat[len(lat)*99/100]), us(sendDur[len(sendDur)/2]))
+	return nil
+}
+
+// end is one side: it sends on tx (a UDP socket) and receives on rx (the
+// same socket, or with -raw a raw IPv4 socket).
+type end struct{ tx, rx int }
+
+func (e end) close() {
+	unix.Close(e.tx)
+	if e.rx != e.tx {
+		unix.Close(e.rx)
+	}
+}
+
+// openIn opens a non-blocking UDP socket bound to addr:port inside network
+// namespace ns (an `ip netns` name), and with raw a raw IPv4 socket for UDP
+// bound to addr. The sockets keep their namespace; the thread that entered
+// ns exits with its goroutine (locked, never unlocked).
+func openIn(ns string, addr netip.Addr, port int, raw bool) (end, error) {
+	type res struct {
+		e   end
+		err error
+	}
+	c := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		e, err := func() (end, error) {
+			nsfd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return end{}, fmt.Errorf("netns %s: %w", ns, err)
+			}
+			defer unix.Close(nsfd)
+			if err := unix.Setns(nsfd, unix.CLONE_NEWNET); err != nil {
+				return end{}, fmt.Errorf("setns %s: %w", ns, err)
+			}
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return end{}, err
+			}
+			if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: addr.As4()}); err != nil {
+				unix.Close(fd)
+				return end{}, fmt.Errorf("bind %v:%d in %s: %w", addr, port, ns, err)
+			}
+			if !raw {
+				return end{fd, fd}, nil
+			}
+			// As goroce's holder: UDP_GRO, so that a GSO skb is not
+			// segmented only for the filter to drop the segments.
+			_ = unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+			drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+			if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+				&unix.SockFprog{Len: 1, Filter: &drop[0]}); err != nil {
+				unix.Close(fd)
+				return end{}, err
+			}
+			rfd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+			if err != nil {
+				unix.Close(fd)
+				return end{}, err
+			}
+			if err := unix.Bind(rfd, &unix.SockaddrInet4{Addr: addr.As4()}); err != nil {
+				unix.Close(fd)
+				unix.Close(rfd)
+				return end{}, err
+			}
+			return end{fd, rfd}, nil
+		}()
+		c <- res{e, err}
+	}()
+	r := <-c
+	return r.e, r.err
+}
+
+// send sends msg to to: with gso > 1 as one UDP GSO super-datagram of
+// segments of size bytes (UDP_SEGMENT), else as one datagram.
+func send(fd int, msg []byte, size, gso int, to *unix.SockaddrInet4) error {
+	if gso <= 1 {
+		if err := unix.Sendto(fd, msg, 0, to); err != nil {
+			return fmt.Errorf("sendto: %w", err)
+		}
+		return nil
+	}
+	oob := make([]byte, unix.CmsgSpace(2))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(size))
+	if err := unix.Sendmsg(fd, msg, oob, to, 0); err != nil {
+		return fmt.Errorf("sendmsg (UDP_SEGMENT %d): %w", size, err)
+	}
+	return nil
+}
+
+// spinRecv polls fd with non-blocking recvmsg until a datagram arrives.
+func spinRecv(fd int, buf []byte, deadline time.Time) (int, error) {
+	for spins := 0; ; spins++ {
+		k, _, err := unix.Recvfrom(fd, buf, 0)
+		if err == nil {
+			return k, nil
+		}
+		if err != unix.EAGAIN && err != unix.EINTR {
+			return 0, fmt.Errorf("recvfrom: %w", err)
+		}
+		if spins&4095 == 4095 && time.Now().After(deadline) {
+			return 0, errors.New("timed out")
+		}
+	}
+}
