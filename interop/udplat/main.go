@@ -9,6 +9,11 @@
 //
 //	/mnt/host/udplat [-n 10000] [-size 20] bvra 10.98.0.1 bvrb 10.98.0.2
 //
+// or with the two ends in two processes, as two RDMA applications are:
+//
+//	/mnt/host/udplat -role echo bvra 10.98.0.1 bvrb 10.98.0.2 &
+//	/mnt/host/udplat -role ping bvra 10.98.0.1 bvrb 10.98.0.2
+//
 // Both sockets use port 18600 (-port); the namespaces are `ip netns` names.
 package main
 
@@ -40,6 +45,7 @@ func run() error {
 	port := flag.Int("port", 18600, "UDP port of both sockets")
 	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long")
 	gso := flag.Int("gso", 0, "send each message as this many segments of -size bytes in one UDP GSO super-datagram (as goroce's ACK and answer)")
+	role := flag.String("role", "both", "both: both ends in this process; ping or echo: one end, the other in another process (start echo first)")
 	raw := flag.Bool("raw", false, "receive as goroce's udp link does over IPv4: on a raw socket, the UDP socket only holding the port (a filter drops all it gets)")
 	flag.Parse()
 	if flag.NArg() != 4 {
@@ -56,23 +62,30 @@ func run() error {
 	if !aAddr.Is4() || !bAddr.Is4() {
 		return errors.New("IPv4 addresses only")
 	}
-	fa, err := openIn(flag.Arg(0), aAddr, *port, *raw)
-	if err != nil {
-		return err
+	ping, echo := *role != "echo", *role != "ping"
+	if *role != "both" && *role != "ping" && *role != "echo" {
+		return fmt.Errorf("-role %q: both, ping or echo", *role)
 	}
-	defer fa.close()
-	fb, err := openIn(flag.Arg(2), bAddr, *port, *raw)
-	if err != nil {
-		return err
+	var fa, fb end
+	if ping {
+		if fa, err = openIn(flag.Arg(0), aAddr, *port, *raw); err != nil {
+			return err
+		}
+		defer fa.close()
 	}
-	defer fb.close()
+	if echo {
+		if fb, err = openIn(flag.Arg(2), bAddr, *port, *raw); err != nil {
+			return err
+		}
+		defer fb.close()
+	}
 	deadline := time.Now().Add(*timeout)
 	toA := &unix.SockaddrInet4{Port: *port, Addr: aAddr.As4()}
 	toB := &unix.SockaddrInet4{Port: *port, Addr: bAddr.As4()}
 
 	// B echoes every datagram back to A.
 	echoErr := make(chan error, 1)
-	go func() {
+	echoLoop := func() {
 		runtime.LockOSThread()
 		buf := make([]byte, 2048)
 		for i := 0; i < *n; i++ {
@@ -90,7 +103,16 @@ func run() error {
 			}
 		}
 		echoErr <- nil
-	}()
+	}
+	if !ping {
+		echoLoop()
+		return <-echoErr
+	}
+	if echo {
+		go echoLoop()
+	} else {
+		close(echoErr)
+	}
 
 	runtime.LockOSThread()
 	segs := max(*gso, 1)
@@ -108,7 +130,7 @@ func run() error {
 		}
 		lat = append(lat, time.Since(t0)/2)
 	}
-	if err := <-echoErr; err != nil {
+	if err, ok := <-echoErr; ok && err != nil {
 		return err
 	}
 	slices.Sort(lat)
