@@ -341,10 +341,12 @@ func (e *latEnd) run(iters int, client bool) error {
 // In perftest's send_lat pattern each side spins on its send CQ right after
 // posting: the ACK completing its message arrives with the peer's answer,
 // and the ACK it owes for that answer must wait for its own next post. One
-// sendmmsg per message and side, then. (With the ACK behind the answer in
-// the peer's batch, the poller saw the answer first, sent its deferred ACK
-// in a call of its own while spinning for the peer's ACK, and then its next
-// message in another: about 1.5 calls per message.)
+// sendmmsg per message and side, then, and one skb: the ACK and the 2-byte
+// SEND are 20 bytes each, and a run led by an ACK is one UDP GSO skb. (With
+// the ACK behind the answer in the peer's batch, the poller saw the answer
+// first, sent its deferred ACK in a call of its own while spinning for the
+// peer's ACK, and then its next message in another: about 1.5 calls per
+// message.)
 func TestBusyPollSendLatOneCallPerMessage(t *testing.T) {
 	da, db := udpDevicesWith(t, hca.Options{BusyPoll: true, Shards: 1}, hca.Options{BusyPoll: true, Shards: 1})
 	la, ea := newLatEnd(t, da)
@@ -352,7 +354,7 @@ func TestBusyPollSendLatOneCallPerMessage(t *testing.T) {
 	connect(t, ea, eb, bth.MTU1024, 100, 200)
 	const iters = 2000
 	epA, epB := da.Link().(*udp.Endpoint), db.Link().(*udp.Endpoint)
-	a0, b0 := epA.Stats().TxCalls, epB.Stats().TxCalls
+	a0, b0 := epA.Stats(), epB.Stats()
 	errc := make(chan error, 1)
 	go func() { errc <- lb.run(iters, false) }()
 	if err := la.run(iters, true); err != nil {
@@ -361,14 +363,21 @@ func TestBusyPollSendLatOneCallPerMessage(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	ca, cb := epA.Stats().TxCalls-a0, epB.Stats().TxCalls-b0
-	t.Logf("%d messages each way: %d sendmmsg calls by the client, %d by the server", iters, ca, cb)
+	a1, b1 := epA.Stats(), epB.Stats()
+	t.Logf("%d messages each way: %d sendmmsg calls by the client (%d GSO skbs), %d by the server (%d)", iters,
+		a1.TxCalls-a0.TxCalls, a1.TxGSOBatches-a0.TxGSOBatches, b1.TxCalls-b0.TxCalls, b1.TxGSOBatches-b0.TxGSOBatches)
 	for _, c := range []struct {
-		who   string
-		calls uint64
-	}{{"client", ca}, {"server", cb}} {
+		who         string
+		calls, runs uint64
+	}{{"client", a1.TxCalls - a0.TxCalls, a1.TxGSOBatches - a0.TxGSOBatches},
+		{"server", b1.TxCalls - b0.TxCalls, b1.TxGSOBatches - b0.TxGSOBatches}} {
 		if c.calls > iters*5/4 {
 			t.Errorf("%s: %d sendmmsg calls for %d messages; want about one per message", c.who, c.calls, iters)
+		}
+		// The ACK and the 2-byte SEND after it (20 bytes each) leave as
+		// one GSO skb: one trip through the kernel, not two.
+		if c.runs < iters*9/10 {
+			t.Errorf("%s: %d GSO skbs for %d messages; want the ACK and the answer in one skb each time", c.who, c.runs, iters)
 		}
 	}
 }
