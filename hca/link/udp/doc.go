@@ -44,6 +44,6 @@
 //
 // This package imports the standard library, golang.org/x/sys/unix and
 // goroce's bth, wire, hca/link, hca/link/internal/vnet (the ICRC correction
-// for kernel-assigned IP IDs) and hca/link/internal/sockpoll (link.Poller
-// over a socket) packages.
+// for kernel-assigned IP IDs, the length of packets without payload) and
+// hca/link/internal/sockpoll (link.Poller over a socket) packages.
 package udp

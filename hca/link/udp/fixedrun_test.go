@@ -9,6 +9,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/internal/vnet"
 	"github.com/goroce/goroce/hca/link/linktest"
 	"github.com/goroce/goroce/wire"
 )
@@ -165,8 +166,8 @@ func TestFixedAggregate(t *testing.T) {
 		}
 	}
 	// A leader's length is its headers and the ICRC.
-	if n := fixedSegment(binary.BigEndian.AppendUint32([]byte{byte(bth.OpRCAcknowledge)}, 0)); n != 20 {
-		t.Errorf("fixedSegment(ACK) = %d, want 20", n)
+	if n := vnet.FixedSegment(binary.BigEndian.AppendUint32([]byte{byte(bth.OpRCAcknowledge)}, 0)); n != 20 {
+		t.Errorf("FixedSegment(ACK) = %d, want 20", n)
 	}
 }
 

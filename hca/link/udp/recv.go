@@ -13,6 +13,7 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/sockpoll"
+	"github.com/goroce/goroce/hca/link/internal/vnet"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -335,7 +336,7 @@ func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int
 }
 
 // fixedAggregate returns the segment size of UDP payload p when p is a
-// super-datagram led by a packet of fixed length (fixedSegment; the sender
+// super-datagram led by a packet of fixed length (vnet.FixedSegment; the sender
 // builds such runs), else 0: p is longer than that length, its segments
 // (at most 2*maxGSOSegments) each start with a known opcode, and the last
 // holds at least a BTH and an ICRC. Each segment is checked again, ICRC
@@ -344,7 +345,7 @@ func fixedAggregate(p []byte) int {
 	if len(p) < bth12+4 {
 		return 0
 	}
-	g := fixedSegment(p)
+	g := vnet.FixedSegment(p)
 	if g == 0 || len(p) <= g || (len(p)+g-1)/g > 2*maxGSOSegments {
 		return 0
 	}

@@ -11,11 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 	"github.com/goroce/goroce/hca/link/internal/vnet"
-	"github.com/goroce/goroce/wire"
 )
 
 // Send path, per Write:
@@ -43,7 +41,7 @@ const (
 	// opcode without payload (ACK, atomic ACK, RDMA READ request, atomic
 	// request, CNP) has one length, its headers plus the ICRC, so a longer
 	// datagram that starts with one can only be a super-datagram of
-	// segments that long (fixedSegment), and a run it leads may be short,
+	// segments that long (vnet.FixedSegment), and a run it leads may be short,
 	// e.g. an ACK and the 2-byte SEND after it (20 bytes each).
 	maxRoCEPacket = bth12 + 28 + 4096 + 4
 	bth12         = 12
@@ -194,16 +192,6 @@ func (t *txState) checkFrame(f []byte) error {
 	return nil
 }
 
-// fixedSegment returns the length of the BTH-through-ICRC packet p when
-// its opcode allows no payload (so that length is the only one it can
-// have), else 0.
-func fixedSegment(p []byte) int {
-	if n := bth.Opcode(p[0]).FixedHdrLen(); n > 0 {
-		return n + wire.ICRCLen
-	}
-	return 0
-}
-
 // sameDest reports whether frames a and b go to the same destination
 // address and UDP port, the one sendmsg destination of a GSO run.
 func (t *txState) sameDest(a, b []byte) bool {
@@ -268,7 +256,7 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 			// the same destination: e.g. a deferred ACK and the answer
 			// it travels with, or the ACKs of many QPs. One skb crosses
 			// the stack instead of one per packet.
-			fixed := fixedSegment(f[t.hdr:]) == seg
+			fixed := vnet.FixedSegment(f[t.hdr:]) == seg
 			sum := seg
 			for j < valid && j-i < maxGSOSegments {
 				g := bufs[j][offset:]

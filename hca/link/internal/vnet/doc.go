@@ -20,5 +20,6 @@
 //
 // This package imports the standard library and goroce's bth (which
 // opcodes have one length). It is internal to hca/link: the tun and
-// afpacket links use all of it, the udp link the ICRC correction.
+// afpacket links use all of it, the udp link the ICRC correction and
+// FixedSegment.
 package vnet

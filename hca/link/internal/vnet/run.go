@@ -144,17 +144,22 @@ func (r *Runs) Next(frames [][]byte, offset, i int) (j, hl int) {
 		}
 	}
 	if j == i+1 || hl == ipv4Len+udpLen && r.payload(frames[i:j], offset, hl) <= MaxRoCEPacket &&
-		!fixedLength(f[r.L2+hl:]) {
+		FixedSegment(f[r.L2+hl:]) != len(f)-r.L2-hl {
 		return i + 1, 0
 	}
 	return j, hl
 }
 
-// fixedLength reports whether p (BTH through ICRC) has the one length its
-// opcode allows, which only an opcode without payload has.
-func fixedLength(p []byte) bool {
-	n := bth.Opcode(p[0]).FixedHdrLen()
-	return n > 0 && len(p) == n+4 // + ICRC
+// FixedSegment returns the one length (BTH through ICRC) a packet whose
+// BTH starts p can have when its opcode carries no payload (ACK, atomic
+// ACK, RDMA READ request, atomic request, CNP; bth.Opcode.FixedHdrLen),
+// else 0. A super-packet led by such a packet tells its segment size by
+// its first byte: the udp link's receiver splits short runs by it.
+func FixedSegment(p []byte) int {
+	if n := bth.Opcode(p[0]).FixedHdrLen(); n > 0 {
+		return n + 4 // + ICRC
+	}
+	return 0
 }
 
 // payload is the UDP payload of a run: its frames without headers.
