@@ -57,9 +57,10 @@ func TestSQDrainedEvent(t *testing.T) {
 	}
 
 	// 64 KiB WRITEs are 64 packets each: the unacknowledged-PSN window
-	// (at most 512 PSNs) lets only a few start before SQD stops the
-	// requester, since no ACK arrives for 100 ms.
-	const n = 40
+	// (at most 8192 PSNs at IB MTU 1024, transport.MaxUnackedBytes) lets
+	// at most 128 of them start before SQD stops the requester, since no
+	// ACK arrives for 100 ms.
+	const n = 200
 	for i := range n {
 		if err := a.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
 			SGL: []hca.SGE{a.mr.SGE(0, 64<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {

@@ -227,14 +227,28 @@ func TestLossyShortTimeout(t *testing.T) {
 }
 
 // The requester keeps at most its window of unacknowledged PSNs in flight:
-// MaxUnackedPSNs on a clean path; each go-back-N caused by loss (local ACK
+// MaxUnackedBytes of path-MTU packets (within MinUnackedPSNs and
+// MaxUnackedPSNs) on a clean path; each go-back-N caused by loss (local ACK
 // timeout, sequence NAK) halves the window, never below MinUnackedPSNs;
 // each acknowledgment that makes progress grows it by one. The data still
 // arrives whole and once.
 func TestUnackedWindow(t *testing.T) {
-	p := newPair(t, pairOpt{typ: transport.RC, conn: func(c *tt.Conn) { c.Timeout = 10 }})
-	const pkts = 2048
-	const size = pkts * 1024 // MTU 1024
+	for _, tc := range []struct {
+		mtu    bth.MTU
+		window uint32 // the largest window at that path MTU
+	}{
+		{bth.MTU1024, 8192}, // MaxUnackedPSNs
+		{bth.MTU2048, 4096},
+		{bth.MTU4096, 2048}, // MaxUnackedBytes / 4096
+	} {
+		t.Run(fmt.Sprint(tc.mtu.Bytes()), func(t *testing.T) { testUnackedWindow(t, tc.mtu, tc.window) })
+	}
+}
+
+func testUnackedWindow(t *testing.T, mtu bth.MTU, maxWin uint32) {
+	p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.Timeout = 10 }})
+	pkts := int(maxWin) + 64
+	size := pkts * mtu.Bytes()
 	src := p.mem.Register(1, size, allAccess)
 	dst := p.mem.Register(2, size, allAccess)
 	fill(src.Buf, 5)
@@ -250,13 +264,13 @@ func TestUnackedWindow(t *testing.T) {
 		}
 	}
 	var now transport.Time
-	window(transport.MaxUnackedPSNs, "connected")
+	window(maxWin, "connected")
 	burst := xmit(A, now)
-	if len(burst) != transport.MaxUnackedPSNs+1 {
-		t.Fatalf("first burst: %d packets, want %d (the window, then one past it)", len(burst), transport.MaxUnackedPSNs+1)
+	if len(burst) != int(maxWin)+1 {
+		t.Fatalf("first burst: %d packets, want %d (the window, then one past it)", len(burst), maxWin+1)
 	}
 	// Every packet lost: each timeout halves the window, down to the floor.
-	for want := uint32(transport.MaxUnackedPSNs / 2); ; want /= 2 {
+	for want := maxWin / 2; ; want /= 2 {
 		want = max(want, transport.MinUnackedPSNs)
 		now = A.Deadline()
 		A.Tick(now)
@@ -289,8 +303,9 @@ func TestUnackedWindow(t *testing.T) {
 	// The ACK for the first 10 (if any) grew the window by one; the NAK
 	// halved it back to the floor.
 	window(transport.MinUnackedPSNs, "sequence NAK")
-	// From here on nothing is lost: every progressing ACK adds one.
-	for i := 0; A.Window() < transport.MaxUnackedPSNs && i < 1000; i++ {
+	// From here on nothing is lost: every progressing ACK adds one, up to
+	// the largest window and no further.
+	for i := 0; i < 20000; i++ {
 		before := A.Window()
 		out := xmit(A, now)
 		if len(out) == 0 {
@@ -301,6 +316,9 @@ func TestUnackedWindow(t *testing.T) {
 		deliver(A, now, acks...)
 		if A.Window() < before {
 			t.Fatalf("window shrank from %d to %d without loss", before, A.Window())
+		}
+		if A.Window() > maxWin {
+			t.Fatalf("window grew to %d, past the largest at this MTU (%d)", A.Window(), maxWin)
 		}
 	}
 	p.run(1, 0)
