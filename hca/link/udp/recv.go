@@ -224,7 +224,7 @@ func (r *rxState) prepareMsgs() {
 // recv is the RawConn.Read callback.
 func (r *rxState) recv(fd uintptr) bool {
 	for {
-		n, errno := mmsg(unix.SYS_RECVMMSG, fd, r.msgs[:r.nmsg], 0)
+		n, errno := mmsgNow(unix.SYS_RECVMMSG, fd, r.msgs[:r.nmsg])
 		switch errno {
 		case 0:
 			r.n = n

@@ -383,7 +383,7 @@ func (t *txState) sendAll(nmsg int) (int, error) {
 // send is the RawConn.Write callback.
 func (t *txState) send(fd uintptr) bool {
 	for t.next < t.nmsg {
-		n, errno := mmsg(unix.SYS_SENDMMSG, fd, t.msgs[t.next:t.nmsg], 0)
+		n, errno := mmsgNow(unix.SYS_SENDMMSG, fd, t.msgs[t.next:t.nmsg])
 		t.e.st.txCalls.Add(1)
 		switch errno {
 		case 0:

@@ -78,7 +78,23 @@ func attachFilter(fd int, prog []unix.SockFilter) error {
 	return nil
 }
 
-// mmsg calls sendmmsg or recvmmsg (trap) on fd without allocating.
+// mmsgNow calls sendmmsg or recvmmsg (trap) on fd with MSG_DONTWAIT,
+// without allocating and without telling the Go scheduler: a call that
+// cannot sleep needs no entersyscall. With it, the runtime's sysmon sees
+// the P "in a system call", wakes every 20 µs for as long as such calls
+// keep coming and hands the P to another thread each time one lasts past
+// a tick: a futex wake and two context switches that a busy link paid
+// per send. Under TCG, where a sendmmsg of one 64 KiB message takes a few
+// hundred µs (the peer's receive runs inline in it), sysmon's nanosleep
+// alone was 6 % of a write_bw sender's CPU (perf, docs/performance.md,
+// session 7).
+func mmsgNow(trap uintptr, fd uintptr, msgs []unix.Mmsghdr) (int, unix.Errno) {
+	n, _, errno := unix.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), unix.MSG_DONTWAIT, 0, 0)
+	return int(n), errno
+}
+
+// mmsg calls sendmmsg or recvmmsg (trap) on fd without allocating; the
+// call may block (the ceiling blast's sockets are blocking).
 func mmsg(trap uintptr, fd uintptr, msgs []unix.Mmsghdr, flags int) (int, unix.Errno) {
 	n, _, errno := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
 	return int(n), errno
