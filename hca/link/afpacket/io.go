@@ -381,7 +381,7 @@ func (r *rxState) deliverPending(bufs [][]byte, sizes []int, offset int) int {
 func (r *rxState) recv(fd uintptr) bool {
 	for {
 		r.e.st.rxSyscalls.Add(1)
-		n, errno := mmsg(unix.SYS_RECVMMSG, fd, r.msgs[:r.nmsg], unix.MSG_DONTWAIT)
+		n, errno := mmsg(unix.SYS_RECVMMSG, fd, r.msgs[:r.nmsg])
 		switch errno {
 		case 0:
 			r.n = n
@@ -671,7 +671,7 @@ func (t *txState) send(fd uintptr) bool {
 		if refuseGSO && t.gso[t.sent] {
 			errno = unix.EINVAL
 		} else {
-			n, errno = mmsg(unix.SYS_SENDMMSG, fd, t.msgs[t.sent:end], unix.MSG_DONTWAIT)
+			n, errno = mmsg(unix.SYS_SENDMMSG, fd, t.msgs[t.sent:end])
 		}
 		switch errno {
 		case 0:
@@ -729,8 +729,13 @@ func sockError(fd uintptr) unix.Errno {
 	return unix.Errno(v)
 }
 
-// mmsg calls sendmmsg or recvmmsg (trap) on fd without allocating.
-func mmsg(trap uintptr, fd uintptr, msgs []unix.Mmsghdr, flags int) (int, unix.Errno) {
-	n, _, errno := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+// mmsg calls sendmmsg or recvmmsg (trap) on fd with MSG_DONTWAIT, without
+// allocating. Like every data-path call of this link it cannot sleep, so
+// it goes through RawSyscall6, unseen by the Go scheduler: a call it saw
+// would keep sysmon waking every 20 µs and handing the P to another
+// thread when the call outlasts a tick (see the udp link's mmsgNow, where
+// this was measured).
+func mmsg(trap uintptr, fd uintptr, msgs []unix.Mmsghdr) (int, unix.Errno) {
+	n, _, errno := unix.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), unix.MSG_DONTWAIT, 0, 0)
 	return int(n), errno
 }

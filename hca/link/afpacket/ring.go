@@ -283,7 +283,7 @@ func (r *rxState) recvCopy(fd uintptr) (int, bool) {
 	r.copyMsg.SetIovlen(2)
 	for {
 		e.st.rxSyscalls.Add(1)
-		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.copyMsg)), unix.MSG_DONTWAIT)
+		n, _, errno := unix.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.copyMsg)), unix.MSG_DONTWAIT) // cannot sleep: see mmsg
 		switch errno {
 		case 0:
 			e.st.rxCopies.Add(1)

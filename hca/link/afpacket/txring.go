@@ -313,7 +313,7 @@ func (t *txState) ringWrite(fd uintptr) bool {
 			if t.rstale {
 				// Slots an error left behind still wait to be
 				// skipped; nothing else would kick them.
-				_, _, errno := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+				_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
 				t.rkicks++
 				t.rstale = errno != 0
 			}
@@ -399,7 +399,7 @@ func (t *txState) rslot(k int) []byte {
 // kick means.
 func (t *txState) kick(fd uintptr) bool {
 	for t.rtaken < t.rn {
-		n, _, errno := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		n, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		t.rkicks++
 		before := t.rtaken
 		for t.rtaken < t.rn {
