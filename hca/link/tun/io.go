@@ -149,7 +149,10 @@ func (r *rxState) drain(fd uintptr) bool {
 		k := min(len(dst), scratchLen)
 		r.iov[2].Base = &r.super[k]
 		r.iov[2].SetLen(scratchLen)
-		m, _, errno := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(iov)), niov)
+		// RawSyscall: the fd is O_NONBLOCK (device.go), so the call cannot
+		// sleep, and one the scheduler saw would keep sysmon waking every
+		// 20 µs and handing the P over (the udp link's mmsgNow).
+		m, _, errno := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(iov)), niov)
 		switch errno {
 		case 0:
 		case unix.EAGAIN:
@@ -430,7 +433,7 @@ func (t *txState) write(frames [][]byte, offset int) (int, error) {
 func (t *txState) send(fd uintptr) bool {
 	for t.n < len(t.frames) {
 		f := t.frames[t.n][t.offset:]
-		_, _, errno := unix.Syscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&f[0])), uintptr(len(f)))
+		_, _, errno := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&f[0])), uintptr(len(f)))
 		switch errno {
 		case 0:
 			t.n++
@@ -458,7 +461,7 @@ func (t *txState) sendv(fd uintptr) bool {
 			t.errno = unix.EINVAL
 			return true
 		}
-		_, _, errno := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.iovs[m.iov])), uintptr(m.niov))
+		_, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.iovs[m.iov])), uintptr(m.niov))
 		switch errno {
 		case 0:
 			t.next++
