@@ -25,7 +25,7 @@ const (
 	// in PSN order whatever their number.
 	//
 	// Measured (docs/performance.md, session 7): 64 KiB write_bw at IB MTU
-	// 1024 gained 10-30 % from a window of 512 PSNs to 8192, between two
+	// 1024 gained 15-35 % from a window of 512 PSNs to 8192, between two
 	// processes on the host and in the TCG guest; at 4096 a window of
 	// 512 (2 MiB) already sufficed and larger ones changed nothing.
 	MinUnackedPSNs  = 128
