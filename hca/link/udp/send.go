@@ -220,6 +220,65 @@ func (t *txState) sameFlow(a, b []byte) bool {
 	return (pa+1)&0xFFFFFF == pb
 }
 
+// run returns the end j of the run that may start at frame i (bufs[i:j]
+// one GSO super-datagram when j-i >= 2, see write), the UDP payload bytes
+// it holds, and whether a packet of fixed length leads it. A run is one
+// QP's consecutive packets (sameFlow), or, led by a packet of fixed length,
+// any packets of that length to the same destination: e.g. a deferred ACK
+// and the answer it travels with, or the ACKs of many QPs. One skb crosses
+// the stack instead of one per packet. Segments after the first may not be
+// longer than it, and a shorter one ends the run.
+func (t *txState) run(bufs [][]byte, offset, i, valid, maxPayload int) (j, sum int, fixed bool) {
+	f := bufs[i][offset:]
+	seg := len(f) - t.hdr
+	fixed = vnet.FixedSegment(f[t.hdr:]) == seg
+	sum = seg
+	j = i + 1
+	for j < valid && j-i < maxGSOSegments {
+		g := bufs[j][offset:]
+		gs := len(g) - t.hdr
+		if gs > seg || sum+gs > maxPayload {
+			break
+		}
+		if fixed {
+			if !t.sameDest(f, g) {
+				break
+			}
+		} else if !t.sameFlow(bufs[j-1][offset:], g) {
+			break
+		}
+		sum += gs
+		j++
+		if gs < seg {
+			break // a shorter segment ends the run
+		}
+	}
+	return j, sum, fixed
+}
+
+// leaveTail returns where the IPv4 run bufs[i:j] (sum payload bytes, one
+// flow, cut at the segment or size cap) should end so that the rest of its
+// flow does not leave packet by packet: an IPv4 run no longer than
+// maxRoCEPacket cannot be a GSO super-datagram (the raw-socket receiver
+// could not tell it from one packet), so the 64 packets of a 64 KiB SEND
+// at IB MTU 1024 went as 62 + 1 + 1 datagrams. Taking full segments off
+// this run's end until the tail is longer than maxRoCEPacket sends them as
+// 60 + 4: two skbs instead of three. It also returns the run's new sum.
+func (t *txState) leaveTail(bufs [][]byte, offset, i, j, valid, sum, maxPayload int) (int, int) {
+	seg := len(bufs[i][offset:]) - t.hdr
+	g := bufs[j][offset:]
+	if len(g)-t.hdr > seg || len(bufs[j-1][offset:])-t.hdr != seg || !t.sameFlow(bufs[j-1][offset:], g) {
+		return j, sum // the flow does not go on at this size: nothing to balance
+	}
+	_, tail, _ := t.run(bufs, offset, j, valid, maxPayload)
+	for tail <= maxRoCEPacket && j-1-i >= 2 && sum-seg > maxRoCEPacket {
+		j--
+		sum -= seg
+		tail += seg
+	}
+	return j, sum
+}
+
 func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 	e := t.e
 	// 1. Validate.
@@ -251,31 +310,11 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		seg := len(f) - t.hdr
 		j := i + 1
 		if gso {
-			// A run is one QP's consecutive packets (sameFlow), or, led
-			// by a packet of fixed length, any packets of that length to
-			// the same destination: e.g. a deferred ACK and the answer
-			// it travels with, or the ACKs of many QPs. One skb crosses
-			// the stack instead of one per packet.
-			fixed := vnet.FixedSegment(f[t.hdr:]) == seg
-			sum := seg
-			for j < valid && j-i < maxGSOSegments {
-				g := bufs[j][offset:]
-				gs := len(g) - t.hdr
-				if gs > seg || sum+gs > maxPayload {
-					break
-				}
-				if fixed {
-					if !t.sameDest(f, g) {
-						break
-					}
-				} else if !t.sameFlow(bufs[j-1][offset:], g) {
-					break
-				}
-				sum += gs
-				j++
-				if gs < seg {
-					break // a shorter segment ends the run
-				}
+			var sum int
+			var fixed bool
+			j, sum, fixed = t.run(bufs, offset, i, valid, maxPayload)
+			if !e.is6 && !fixed && j-i >= 2 && j < valid && sum > maxRoCEPacket {
+				j, sum = t.leaveTail(bufs, offset, i, j, valid, sum, maxPayload)
 			}
 			if j-i < 2 || (!e.is6 && !fixed && sum <= maxRoCEPacket) {
 				j = i + 1
