@@ -209,26 +209,7 @@ func TestSuperDatagramSplit(t *testing.T) {
 			if _, err := a.Write(frames, 0); err != nil {
 				t.Fatal(err)
 			}
-			bufs := make([][]byte, 64)
-			for i := range bufs {
-				bufs[i] = make([]byte, 2048)
-			}
-			sizes := make([]int, 64)
-			var p wire.Packet
-			wd := linktest.NewWatchdog(linktest.Timeout, b)
-			defer wd.Stop()
-			for got := 0; got < len(frames); {
-				n, err := b.Read(bufs, sizes, 0)
-				if err != nil {
-					t.Fatal(wd.Err(err, got, len(frames)))
-				}
-				for i := range n {
-					if err := p.Decode(bufs[i][:sizes[i]], wire.FramingIP); err != nil {
-						t.Fatalf("frame %d: %v", got, err)
-					}
-					got++
-				}
-			}
+			readFrames(t, b, len(frames), nil)
 			if st := a.Stats(); st.TxGSOBatches != 1 {
 				t.Errorf("sender %+v: want 1 GSO batch", st)
 			}
@@ -236,6 +217,35 @@ func TestSuperDatagramSplit(t *testing.T) {
 				t.Errorf("receiver %+v: want 1 aggregate, 40 frames", st)
 			}
 		})
+	}
+}
+
+// readFrames reads n frames from b, each of which must decode as a RoCEv2
+// packet, and hands each to check (if not nil) with its index.
+func readFrames(t *testing.T, b *Endpoint, n int, check func(got int, p *wire.Packet)) {
+	t.Helper()
+	bufs := make([][]byte, 64)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	sizes := make([]int, 64)
+	var p wire.Packet
+	wd := linktest.NewWatchdog(linktest.Timeout, b)
+	defer wd.Stop()
+	for got := 0; got < n; {
+		k, err := b.Read(bufs, sizes, 0)
+		if err != nil {
+			t.Fatal(wd.Err(err, got, n))
+		}
+		for i := range k {
+			if err := p.Decode(bufs[i][:sizes[i]], wire.FramingIP); err != nil {
+				t.Fatalf("frame %d: %v", got, err)
+			}
+			if check != nil {
+				check(got, &p)
+			}
+			got++
+		}
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/goroce/goroce/hca/link/linktest"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -44,29 +43,11 @@ func TestGSOTailBalanced(t *testing.T) {
 			if w, err := a.Write(frames, 0); w != len(frames) || err != nil {
 				t.Fatalf("Write = %d, %v", w, err)
 			}
-			bufs := make([][]byte, 64)
-			for i := range bufs {
-				bufs[i] = make([]byte, 2048)
-			}
-			sizes := make([]int, 64)
-			var p wire.Packet
-			wd := linktest.NewWatchdog(linktest.Timeout, b)
-			defer wd.Stop()
-			for got := 0; got < len(frames); {
-				n, err := b.Read(bufs, sizes, 0)
-				if err != nil {
-					t.Fatal(wd.Err(err, got, len(frames)))
+			readFrames(t, b, len(frames), func(got int, p *wire.Packet) {
+				if psn := int(p.BTH().PSN()); psn != got {
+					t.Fatalf("frame %d has PSN %d", got, psn)
 				}
-				for i := range n {
-					if err := p.Decode(bufs[i][:sizes[i]], wire.FramingIP); err != nil {
-						t.Fatalf("frame %d: %v", got, err)
-					}
-					if psn := int(p.BTH().PSN()); psn != got {
-						t.Fatalf("frame %d has PSN %d", got, psn)
-					}
-					got++
-				}
-			}
+			})
 			st := a.Stats()
 			if int(st.TxGSOBatches) != tc.batches || int(st.TxGSOSegments) != len(frames)-tc.singles {
 				t.Errorf("%d GSO batches of %d segments in all, want %d of %d (%+v)",
