@@ -43,7 +43,7 @@ const (
 	// datagram that starts with one can only be a super-datagram of
 	// segments that long (vnet.FixedSegment), and a run it leads may be short,
 	// e.g. an ACK and the 2-byte SEND after it (20 bytes each).
-	maxRoCEPacket = bth12 + 28 + 4096 + 4
+	maxRoCEPacket = vnet.MaxRoCEPacket // bth12 + 28 + 4096 + 4
 	bth12         = 12
 	ipv4Hdr       = 20
 	ipv6Hdr       = 40
@@ -271,12 +271,7 @@ func (t *txState) leaveTail(bufs [][]byte, offset, i, j, valid, sum, maxPayload 
 		return j, sum // the flow does not go on at this size: nothing to balance
 	}
 	_, tail, _ := t.run(bufs, offset, j, valid, maxPayload)
-	for tail <= maxRoCEPacket && j-1-i >= 2 && sum-seg > maxRoCEPacket {
-		j--
-		sum -= seg
-		tail += seg
-	}
-	return j, sum
+	return vnet.BalanceTail(i, j, seg, sum, tail)
 }
 
 func (t *txState) write(bufs [][]byte, offset int) (int, error) {

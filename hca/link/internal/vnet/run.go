@@ -135,7 +135,23 @@ func (r *Runs) Next(frames [][]byte, offset, i int) (j, hl int) {
 	if hl == 0 {
 		return i + 1, 0
 	}
-	j = i + 1
+	j = r.extent(frames, offset, i, hl)
+	short := hl == ipv4Len+udpLen && FixedSegment(f[r.L2+hl:]) != len(f)-r.L2-hl
+	if short && j-i >= 2 && j < len(frames) {
+		j = r.leaveTail(frames, offset, i, j, hl)
+	}
+	if j == i+1 || short && r.payload(frames[i:j], offset, hl) <= MaxRoCEPacket {
+		return i + 1, 0
+	}
+	return j, hl
+}
+
+// extent returns the end of the longest run that frames[i] (header length
+// hl) may start: frames that sameRun admits, at most MaxRunSegments, a
+// shorter one ending it.
+func (r *Runs) extent(frames [][]byte, offset, i, hl int) int {
+	f := frames[i][offset:]
+	j := i + 1
 	for j < len(frames) && j-i < MaxRunSegments &&
 		r.sameRun(f, frames[j-1][offset:], frames[j][offset:], hl, j-i+1) {
 		j++
@@ -143,11 +159,43 @@ func (r *Runs) Next(frames [][]byte, offset, i int) (j, hl int) {
 			break // a shorter packet ends the run
 		}
 	}
-	if j == i+1 || hl == ipv4Len+udpLen && r.payload(frames[i:j], offset, hl) <= MaxRoCEPacket &&
-		FixedSegment(f[r.L2+hl:]) != len(f)-r.L2-hl {
-		return i + 1, 0
+	return j
+}
+
+// leaveTail returns where the IPv4 run frames[i:j], cut at the segment or
+// size cap, should end so that the rest of its flow is not sent frame by
+// frame: an IPv4 run no longer than MaxRoCEPacket goes unaggregated (see
+// Next), so the 64 packets of a 64 KiB SEND at IB MTU 1024 went as 62 + 1
+// + 1. Full segments move from this run's end to the tail until the tail
+// can be a super-packet too: 60 + 4. (The udp link's send path does the
+// same for its GSO datagrams.)
+func (r *Runs) leaveTail(frames [][]byte, offset, i, j, hl int) int {
+	f := frames[i][offset:]
+	seg := len(f) - r.L2 - hl
+	if len(frames[j-1])-offset != len(f) || !r.sameRun(f, frames[j-1][offset:], frames[j][offset:], hl, 2) {
+		return j // the flow does not go on: nothing to balance
 	}
-	return j, hl
+	sum := r.payload(frames[i:j], offset, hl)
+	if sum <= MaxRoCEPacket {
+		return j
+	}
+	tail := r.payload(frames[j:r.extent(frames, offset, j, hl)], offset, hl)
+	j, _ = BalanceTail(i, j, seg, sum, tail)
+	return j
+}
+
+// BalanceTail moves full segments (seg bytes each) from the end of the
+// IPv4 run [i, j), sum bytes of UDP payload, to the tail run after it,
+// tail bytes, until the tail is longer than MaxRoCEPacket (so that it can
+// be a super-packet too), while the run keeps at least two segments and
+// more than MaxRoCEPacket bytes. It returns the run's new end and sum.
+func BalanceTail(i, j, seg, sum, tail int) (int, int) {
+	for tail <= MaxRoCEPacket && j-1-i >= 2 && sum-seg > MaxRoCEPacket {
+		j--
+		sum -= seg
+		tail += seg
+	}
+	return j, sum
 }
 
 // FixedSegment returns the one length (BTH through ICRC) a packet whose

@@ -237,3 +237,35 @@ func TestRunsZeroAllocs(t *testing.T) {
 		t.Fatalf("%v allocations", n)
 	}
 }
+
+// TestRunsTailBalanced: an IPv4 run cut at the 64 KiB cap leaves the rest
+// of its flow long enough to be a super-packet too (leaveTail): 64 frames
+// of 1024-byte payloads go as 60 + 4, not 62 + 1 + 1.
+func TestRunsTailBalanced(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want []int // run lengths
+	}{
+		{64, []int{60, 4}},
+		{63, []int{59, 4}},
+		{40, []int{40}},
+	} {
+		frames := make([][]byte, tc.n)
+		for i := range frames {
+			frames[i] = withEth(roce(t, false, 0, bth.PSN(i), 1024))
+		}
+		r := Runs{L2: 14, USO4: true, USO6: true}
+		var got []int
+		for i := 0; i < len(frames); {
+			j, hl := r.Next(frames, 0, i)
+			if (j-i > 1) != (hl > 0) {
+				t.Fatalf("%d frames: run [%d,%d) with header length %d", tc.n, i, j, hl)
+			}
+			got = append(got, j-i)
+			i = j
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%d frames: runs %v, want %v", tc.n, got, tc.want)
+		}
+	}
+}
