@@ -111,11 +111,19 @@ func TestGSOSplit(t *testing.T) {
 			// A super-datagram holds at most 64 segments and 64 KiB.
 			per := min(64, (65535-28)/(len(frames[0])-28))
 			// 16 buffers, fewer than n: segments span Reads.
+			var base uint16
 			readFrames(t, b, n, 16, tc.mtu+ethHdr, func(got int, f []byte) {
-				wantID := uint16(got % per) // segment number in its super-datagram
+				s := got % per // segment number in its super-datagram
 				if tc.noGSO || got >= run {
-					wantID = 0
+					s = 0
 				}
+				if s == 0 && !tc.v6 {
+					// A datagram's first packet carries the sending
+					// socket's ID: 0 unconnected, a counter connected
+					// (the udp link's conn.go); segments follow on.
+					base = wire.IPv4(f[ethHdr:]).ID()
+				}
+				wantID := base + uint16(s)
 				checkSegment(t, got, f, frames[got], tc.v6, wantID)
 				var p wire.Packet
 				if err := p.Decode(f, wire.FramingEthernet); err != nil {

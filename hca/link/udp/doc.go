@@ -4,19 +4,26 @@
 // over the real IP header, exactly as an rxe peer does.
 //
 // Send path: one unconnected UDP socket bound to Addr:Port (4791) with
-// IP_PMTUDISC_DO / IPV6_PMTUDISC_DO. The kernel writes the IP and UDP
-// headers, and the ICRC covers the IPv4 ID, DF, lengths, addresses and the
-// UDP source port, so Write accepts only frames the kernel will reproduce
-// byte for byte in the covered fields: source IP and port ours (see
-// link.SourcePorter), DF set, IPv4 ID 0 (what Linux sends on an unconnected
-// DF socket, checked by TestKernelIPIDZero), no options. Frames go out with
+// IP_PMTUDISC_DO / IPV6_PMTUDISC_DO, and over IPv4 a socket connected to
+// each destination (up to 8 per transmit queue, conn.go), bound beside it,
+// whose sends use a cached route instead of a route lookup per datagram.
+// The kernel writes the IP and UDP headers, and the ICRC covers the IPv4
+// ID, DF, lengths, addresses and the UDP source port, so Write accepts only
+// frames the kernel will reproduce byte for byte in the covered fields but
+// the ID: source IP and port ours (see link.SourcePorter), DF set, IPv4 ID
+// 0 (what Linux sends on an unconnected DF socket, checked by
+// TestKernelIPIDZero), no options. A connected socket numbers its skbs
+// from a counter, which it learns by probing itself once (no probe leaves
+// the host) and then follows; Write corrects the ICRC of each frame for
+// the ID it will get. Frames go out with
 // sendmmsg; runs of same-size packets of one QP to one destination, and
 // runs led by a packet without payload (an ACK: one length only) of
 // packets that long to one destination, whatever their QP, go as a UDP
 // GSO super-datagram (UDP_SEGMENT), whose segments the kernel numbers
-// with IP IDs 0, 1, 2, ... (TestGSOSegmentIPIDs): Write sends segments
-// 1..n from copies carrying the ICRC for their ID, never writing the
-// caller's bytes.
+// with IP IDs 0, 1, 2, ... from the unconnected socket and on from the
+// counter of a connected one (TestGSOSegmentIPIDs): Write sends each
+// packet whose ID is not 0 with a separate copy of its ICRC, corrected for
+// that ID, never writing the caller's bytes.
 //
 // Receive path, IPv4: a raw socket (AF_INET, SOCK_RAW, IPPROTO_UDP) bound to
 // Addr with a classic BPF filter for UDP to Port shows the real IPv4

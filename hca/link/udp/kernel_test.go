@@ -39,7 +39,7 @@ func TestKernelIPIDZero(t *testing.T) {
 	var a, b *Endpoint
 	var raw int
 	ns.do(t, func() {
-		a, b = openPair0(t, "127.0.0.1", "127.0.0.2", func(c *Config) { c.NoGSO = true })
+		a, b = openPair0(t, "127.0.0.1", "127.0.0.2", func(c *Config) { c.NoGSO, c.NoConnect = true, true })
 		var err error
 		raw, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_UDP)
 		if err != nil {
@@ -77,8 +77,21 @@ func TestKernelIPIDZero(t *testing.T) {
 // TestGSOSegmentIPIDs sends a GSO run through a TUN device without offloads,
 // so the kernel really segments it, and reads the segments from the TUN fd:
 // it measures the IP IDs the kernel gives the segments (0, 1, 2, ... on
-// Linux 6.x for UDP_L4 GSO) and checks that every segment's ICRC verifies.
+// Linux 6.x for UDP_L4 GSO from the unconnected socket; from a connected
+// socket, its counter and on) and checks that every segment's ICRC verifies.
+// The connected case then sends a datagram and another run, whose IDs must
+// follow on (conn.go).
 func TestGSOSegmentIPIDs(t *testing.T) {
+	for _, connected := range []bool{false, true} {
+		name := "unconnected"
+		if connected {
+			name = "connected"
+		}
+		t.Run(name, func(t *testing.T) { testGSOSegmentIPIDs(t, connected) })
+	}
+}
+
+func testGSOSegmentIPIDs(t *testing.T, connected bool) {
 	ns := newNetNS(t)
 	var tun int
 	var a *Endpoint
@@ -109,7 +122,7 @@ func TestGSOSegmentIPIDs(t *testing.T) {
 		if err := netlink.LinkSetUp(l); err != nil {
 			t.Fatal(err)
 		}
-		a, err = Open(Config{Addr: netip.MustParseAddr("10.99.0.1")})
+		a, err = Open(Config{Addr: netip.MustParseAddr("10.99.0.1"), NoConnect: !connected})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,13 +150,30 @@ func TestGSOSegmentIPIDs(t *testing.T) {
 	if w, err := a.Write(frames, 0); w != n || err != nil {
 		t.Fatalf("Write = %d, %v", w, err)
 	}
-	if st := a.Stats(); st.TxGSOBatches != 1 || st.TxGSOSegments != n || st.TxICRCPatched != n-1 {
+	st := a.Stats()
+	if st.TxGSOBatches != 1 || st.TxGSOSegments != n {
 		t.Fatalf("send stats %+v; want one %d-segment GSO batch", st, n)
+	}
+	if connected {
+		if st.ConnsOpened != 1 || st.TxConnected != n {
+			t.Fatalf("send stats %+v (ConnErr %v); want %d frames through 1 connected socket", st, a.ConnErr(), n)
+		}
+		// A datagram and a second run through the same socket.
+		if w, err := a.Write(frames[n-1:], 0); w != 1 || err != nil {
+			t.Fatalf("Write = %d, %v", w, err)
+		}
+		if w, err := a.Write(frames, 0); w != n || err != nil {
+			t.Fatalf("Write = %d, %v", w, err)
+		}
+		frames = append(append(frames, frames[n-1]), frames...)
+	} else if st.TxICRCPatched != n-1 {
+		t.Fatalf("send stats %+v; want %d ICRCs patched", st, n-1)
 	}
 	buf := make([]byte, 65536)
 	var p wire.Packet
 	deadline := time.Now().Add(linktest.Timeout)
-	for i := 0; i < n; {
+	var base uint16
+	for i := 0; i < len(frames); {
 		// The fd is non-blocking: wait for it with a timeout, so a
 		// segment that never comes fails the test instead of hanging it.
 		left := time.Until(deadline)
@@ -169,8 +199,19 @@ func TestGSOSegmentIPIDs(t *testing.T) {
 		if k != len(frames[i]) {
 			t.Fatalf("segment %d: %d bytes, want %d (not segmented?)", i, k, len(frames[i]))
 		}
-		if h.ID() != uint16(i) {
-			t.Errorf("segment %d: IP ID %d, want %d", i, h.ID(), i)
+		if i == 0 && connected {
+			base = h.ID() // the socket's counter: random
+		}
+		// The kernel advances a connected socket's counter by one per skb,
+		// so the datagram after a 10-segment run has the run's second ID.
+		want := base + uint16(i)
+		if i > n {
+			want = base + 2 + uint16(i-n-1) // the second run, after the datagram
+		} else if i == n {
+			want = base + 1
+		}
+		if h.ID() != want {
+			t.Errorf("segment %d: IP ID %d, want %d", i, h.ID(), want)
 		}
 		if err := p.Decode(f, wire.FramingIP); err != nil {
 			t.Errorf("segment %d (IP ID %d): %v", i, h.ID(), err)
@@ -458,7 +499,7 @@ func TestGSOToTapOnBridge(t *testing.T) {
 			buf := make([]byte, 65536+vnet)
 			var p wire.Packet
 			deadline := time.Now().Add(linktest.Timeout)
-			got := 0
+			got, id0 := 0, uint16(0)
 			for got < n {
 				left := time.Until(deadline)
 				if left <= 0 {
@@ -491,15 +532,21 @@ func TestGSOToTapOnBridge(t *testing.T) {
 				if gsoType != 0 || len(f) != 14+len(frames[got]) {
 					t.Fatalf("frame %d: gso_type %d, %d bytes; want a single %d-byte segment", got, gsoType, len(f), 14+len(frames[got]))
 				}
-				if id := wire.IPv4(f[14:]).ID(); id != uint16(got) {
-					t.Errorf("frame %d: IP ID %d", got, id)
+				// Consecutive IDs from the sending socket's: 0 on the
+				// unconnected socket, a random counter on a connected one.
+				id := wire.IPv4(f[14:]).ID()
+				if got == 0 {
+					id0 = id
+				}
+				if id != id0+uint16(got) {
+					t.Errorf("frame %d: IP ID %d, want %d", got, id, id0+uint16(got))
 				}
 				if err := p.Decode(f, wire.FramingEthernet); err != nil {
 					t.Errorf("frame %d: %v", got, err)
 				}
 				got++
 			}
-			t.Logf("%d separate frames, IP IDs 0..%d, ICRCs valid", n, n-1)
+			t.Logf("%d separate frames, IP IDs %d..%d, ICRCs valid", n, id0, id0+n-1)
 		})
 	}
 }

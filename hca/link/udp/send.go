@@ -22,13 +22,16 @@ import (
 //  2. Group frames into messages: a run of same-size packets of one QP with
 //     consecutive PSNs to one destination (a shorter last one allowed)
 //     becomes one UDP GSO super-datagram; anything else is one datagram.
-//  3. For IPv4 GSO runs, segment s (s > 0) is sent as two iovecs: the
-//     caller's bytes up to the ICRC, then the ICRC for the IP ID the kernel
-//     will give it (0, 1, 2, ...), adjusted by CRC linearity rather than
-//     recomputed (vnet.IDBasis); the caller's bytes are never written or
-//     copied.
-//  4. sendmmsg the messages, waiting for room (doc.go) when the socket
-//     buffer is full.
+//  3. Pick each IPv4 message's socket: the connected socket for its
+//     destination (conn.go), or the unconnected one. A packet whose IP ID
+//     will not be 0 (GSO segment s > 0 on the unconnected socket, which
+//     numbers segments 0, 1, 2, ...; every packet on a connected socket,
+//     numbered from its counter) is sent as two iovecs: the caller's bytes
+//     up to the ICRC, then the ICRC for that ID, adjusted by CRC linearity
+//     rather than recomputed (vnet.IDBasis); the caller's bytes are never
+//     written or copied.
+//  4. sendmmsg the messages, each run of messages for one socket in one
+//     call, waiting for room (doc.go) when a socket buffer is full.
 
 const (
 	// maxGSOSegments is UDP_MAX_SEGMENTS of older kernels (newer allow 128).
@@ -58,11 +61,14 @@ type txState struct {
 	iovs    []unix.Iovec
 	sa4     []unix.RawSockaddrInet4
 	sa6     []unix.RawSockaddrInet6
-	oob     []byte // one UDP_SEGMENT cmsg per message
-	scratch []byte // the ICRCs of IPv4 GSO segments 1..n for their IP IDs
-	frames  []int  // frames in message i
-	gso     []bool // message i is a GSO super-datagram
+	oob     []byte   // one UDP_SEGMENT cmsg per message
+	scratch []byte   // the ICRCs of IPv4 GSO segments 1..n for their IP IDs
+	frames  []int    // frames in message i
+	gso     []bool   // message i is a GSO super-datagram
+	msock   []int    // message i's socket: an index in conns, or -1 (unconnected)
+	mbase   []uint16 // message i's first IP ID on a connected socket
 	ids     vnet.IDCache
+	conns   []*conn // connected sockets by destination (IPv4; conn.go)
 
 	// State of one sendmmsg round (sender).
 	sender sockpoll.Sender
@@ -88,6 +94,8 @@ func (t *txState) init(e *Endpoint, rc syscall.RawConn) {
 	t.oob = make([]byte, n*cmsgSpace2)
 	t.frames = make([]int, n)
 	t.gso = make([]bool, n)
+	t.msock = make([]int, n)
+	t.mbase = make([]uint16, n)
 	t.sender.Init(e.w, t.send)
 }
 
@@ -292,11 +300,15 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		maxPayload = 65535 - udpHdr
 	}
 	gso := e.gso.Load()
-	if gso && !e.is6 {
-		// Room for the patched ICRCs of GSO segments 1..n (allocated once:
-		// no allocation in steady state).
+	connect := !e.is6 && !e.cfg.NoConnect
+	if !e.is6 {
+		// Room for the patched ICRCs (allocated once: no allocation in
+		// steady state).
 		if need := 4 * len(bufs); need > len(t.scratch) {
 			t.scratch = make([]byte, need)
+		}
+		for _, c := range t.conns {
+			c.build = c.next
 		}
 	}
 	nmsg, iov, sc := 0, 0, 0
@@ -317,25 +329,35 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		}
 		m := &t.msgs[nmsg]
 		*m = unix.Mmsghdr{}
+		ci, base := -1, uint16(0)
+		if connect {
+			if ci = t.connFor(f); ci >= 0 {
+				c := t.conns[ci]
+				base = c.build
+				c.build = c.advance(base, j-i)
+			}
+		}
 		first := iov
 		for k := i; k < j; k++ {
 			g := bufs[k][offset:]
-			s := k - i
-			if s == 0 || e.is6 {
+			id := base + uint16(k-i)
+			if id == 0 || e.is6 {
 				setIov(&t.iovs[iov], g[t.hdr:])
 				iov++
 				continue
 			}
-			// The kernel gives segment s the IP ID s, and the ICRC covers
-			// the ID: send the segment's bytes from the caller's frame up
-			// to its ICRC, then the ICRC for ID s from scratch, as two
-			// iovecs. The caller's bytes are never written (the HCA may be
-			// reading them concurrently, e.g. a retransmission queue) and
-			// never copied. The frame was checked to carry ID 0; the ICRC
+			// The kernel gives this packet IP ID id (segment s of a GSO
+			// run on the unconnected socket: s; on a connected socket:
+			// its counter + s), and the ICRC covers the ID: send the
+			// packet's bytes from the caller's frame up to its ICRC, then
+			// the ICRC for that ID from scratch, as two iovecs. The
+			// caller's bytes are never written (the HCA may be reading
+			// them concurrently, e.g. a retransmission queue) and never
+			// copied. The frame was checked to carry ID 0; the ICRC
 			// changes linearly with the ID (vnet.IDBasis).
 			c := t.scratch[sc : sc+4]
 			sc += 4
-			icrc := binary.LittleEndian.Uint32(g[len(g)-4:]) ^ t.ids.Get(len(g)).Delta(uint16(s))
+			icrc := binary.LittleEndian.Uint32(g[len(g)-4:]) ^ t.ids.Get(len(g)).Delta(id)
 			binary.LittleEndian.PutUint32(c, icrc)
 			setIov(&t.iovs[iov], g[t.hdr:len(g)-4])
 			setIov(&t.iovs[iov+1], c)
@@ -344,7 +366,10 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		}
 		m.Hdr.Iov = &t.iovs[first]
 		m.Hdr.SetIovlen(iov - first)
-		t.setDst(nmsg, f, m)
+		if ci < 0 {
+			t.setDst(nmsg, f, m)
+		} // else the socket's own destination
+		t.msock[nmsg], t.mbase[nmsg] = ci, base
 		t.frames[nmsg] = j - i
 		t.gso[nmsg] = j-i > 1
 		if j-i > 1 {
@@ -363,8 +388,8 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 	// 4. Send.
 	sent, err := t.sendAll(nmsg)
 	clear(t.iovs[:iov]) // retain no caller memory
-	if err == errGSORetry {
-		n, err := t.write(bufs[sent:valid], offset) // GSO is off now
+	if err == errResend {
+		n, err := t.write(bufs[sent:valid], offset) // GSO is off now, or the connected socket abandoned
 		sent += n
 		if err != nil {
 			return sent, err
@@ -377,23 +402,54 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 	return valid, bad
 }
 
-var errGSORetry = errors.New("udp: GSO refused; resend without")
+// errResend: GSO was refused, or a connected socket failed; write resends
+// the frames not sent (without GSO, or unconnected).
+var errResend = errors.New("udp: resend")
 
-// sendAll sends t.msgs[:nmsg] and returns the number of frames sent.
+// sendAll sends t.msgs[:nmsg], each run of messages for one socket in one
+// sendmmsg (or more, if the socket buffer fills), and returns the number of
+// frames sent.
 func (t *txState) sendAll(nmsg int) (int, error) {
-	e := t.e
-	t.next, t.nmsg, t.errno = 0, nmsg, 0
-	if nmsg == 0 {
-		return 0, nil
-	}
-	err := t.sender.Send(t.rc)
 	frames := 0
-	for i := range t.next {
+	for a := 0; a < nmsg; {
+		b := a + 1
+		for b < nmsg && t.msock[b] == t.msock[a] {
+			b++
+		}
+		n, err := t.sendRun(a, b)
+		frames += n
+		if err != nil {
+			return frames, err
+		}
+		a = b
+	}
+	return frames, nil
+}
+
+// sendRun sends t.msgs[a:b], which go through one socket, and returns the
+// number of frames sent.
+func (t *txState) sendRun(a, b int) (int, error) {
+	e := t.e
+	var c *conn
+	rc := t.rc
+	if ci := t.msock[a]; ci >= 0 {
+		c = t.conns[ci]
+		rc = c.rc
+	}
+	t.next, t.nmsg, t.errno = a, b, 0
+	err := t.sender.Send(rc)
+	frames := 0
+	for i := a; i < t.next; i++ {
 		frames += t.frames[i]
 		if t.gso[i] {
 			e.st.txGSOBatches.Add(1)
 			e.st.txGSOSegments.Add(uint64(t.frames[i]))
 		}
+	}
+	if c != nil && t.next > a {
+		last := t.next - 1
+		c.next = c.advance(t.mbase[last], t.frames[last])
+		e.st.txConnected.Add(uint64(frames))
 	}
 	e.st.txFrames.Add(uint64(frames))
 	if err != nil {
@@ -401,12 +457,21 @@ func (t *txState) sendAll(nmsg int) (int, error) {
 	}
 	if t.errno != 0 {
 		failed := t.next
+		if c != nil {
+			// The error may have come after the kernel took an IP ID (or
+			// be an ICMP error reported on this send): the counter is no
+			// longer known. Abandon the socket; the unconnected one
+			// resends, and reports the error if it is not the socket's.
+			c.dead = true
+			e.st.connFallbacks.Add(1)
+			return frames, errResend
+		}
 		if t.gso[failed] && (t.errno == unix.EIO || t.errno == unix.EINVAL || t.errno == unix.ENOPROTOOPT) {
 			// No usable UDP segmentation on this path: fall back to
 			// sendmmsg for good and resend this message's frames alone.
 			e.gso.Store(false)
 			e.st.gsoDisabled.Store(1)
-			return frames, errGSORetry
+			return frames, errResend
 		}
 		e.st.txErrors.Add(uint64(t.frames[failed]))
 		return frames, fmt.Errorf("udp: sendmmsg: %w", t.errno)

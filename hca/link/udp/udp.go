@@ -59,6 +59,10 @@ type Config struct {
 	// which costs an HCA that blocks more than the netpoller's parking
 	// (hca/link/internal/sockpoll).
 	BusyPoll bool
+	// NoConnect sends every IPv4 frame through the one unconnected socket
+	// instead of a connected socket per destination (conn.go), as every
+	// IPv6 frame is sent.
+	NoConnect bool
 }
 
 // Stats are the endpoint's counters.
@@ -67,7 +71,11 @@ type Stats struct {
 	TxCalls       uint64 // sendmmsg system calls that sent them
 	TxGSOBatches  uint64 // UDP GSO super-datagrams sent
 	TxGSOSegments uint64 // frames sent inside them
-	TxICRCPatched uint64 // GSO segments whose ICRC was recomputed for the kernel's IP ID
+	TxICRCPatched uint64 // frames whose ICRC was adjusted for the kernel's IP ID (GSO segments, connected sockets)
+	TxConnected   uint64 // frames sent through connected sockets (IPv4, conn.go)
+	ConnsOpened   uint64 // connected sockets opened
+	ConnsFailed   uint64 // connected sockets that could not be opened (ConnErr says why)
+	ConnFallbacks uint64 // connected sockets abandoned after a send error, their frames resent unconnected
 	TxRejected    uint64 // frames refused: bad header, not our source, over the MTU
 	TxErrors      uint64 // frames the kernel refused (sendmmsg error)
 	GSODisabled   uint64 // 1 once GSO was turned off after a kernel error
@@ -81,6 +89,7 @@ type Stats struct {
 
 type counters struct {
 	txFrames, txCalls, txGSOBatches, txGSOSegments, txICRCPatched, txRejected, txErrors, gsoDisabled atomic.Uint64
+	txConnected, connOpened, connFailed, connFallbacks                                               atomic.Uint64
 	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress                                  atomic.Uint64
 }
 
@@ -115,11 +124,13 @@ type Endpoint struct {
 	st counters
 	tx txState // owned by the single writer
 
-	qmu    sync.Mutex
-	queues []*os.File // duplicates of udp behind NewTxQueue writers, SplitRx's raw sockets
-	split  bool       // SplitRx was called
-	netns  *os.File   // the network namespace Open ran in
-	rx     rxState    // owned by the single reader
+	qmu     sync.Mutex
+	queues  []*os.File // duplicates of udp behind NewTxQueue writers, SplitRx's raw sockets, connected sockets
+	connFDs []int      // the connected sockets' descriptors (bindBeside)
+	connErr error      // why the first connected socket that failed to open did
+	split   bool       // SplitRx was called
+	netns   *os.File   // the network namespace Open ran in
+	rx      rxState    // owned by the single reader
 }
 
 var (
@@ -345,7 +356,7 @@ func (e *Endpoint) closeFiles() {
 	for _, f := range e.queues {
 		f.Close()
 	}
-	e.queues = nil
+	e.queues, e.connFDs = nil, nil
 	e.qmu.Unlock()
 	if e.udp != nil {
 		e.udp.Close()
@@ -355,14 +366,23 @@ func (e *Endpoint) closeFiles() {
 	}
 }
 
+// ConnErr returns why the first connected socket that could not be opened
+// failed (nil if none did); its destination is sent to unconnected.
+func (e *Endpoint) ConnErr() error {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	return e.connErr
+}
+
 // Stats returns a snapshot of the counters.
 func (e *Endpoint) Stats() Stats {
 	c := &e.st
 	return Stats{
 		TxFrames: c.txFrames.Load(), TxCalls: c.txCalls.Load(), TxGSOBatches: c.txGSOBatches.Load(), TxGSOSegments: c.txGSOSegments.Load(),
 		TxICRCPatched: c.txICRCPatched.Load(), TxRejected: c.txRejected.Load(), TxErrors: c.txErrors.Load(),
-		GSODisabled: c.gsoDisabled.Load(),
-		RxFrames:    c.rxFrames.Load(), RxAggregates: c.rxAggregates.Load(), RxTooLarge: c.rxTooLarge.Load(),
+		GSODisabled: c.gsoDisabled.Load(), TxConnected: c.txConnected.Load(), ConnsOpened: c.connOpened.Load(),
+		ConnsFailed: c.connFailed.Load(), ConnFallbacks: c.connFallbacks.Load(),
+		RxFrames: c.rxFrames.Load(), RxAggregates: c.rxAggregates.Load(), RxTooLarge: c.rxTooLarge.Load(),
 		RxMalformed: c.rxMalformed.Load(), RxWrongAddress: c.rxWrongAddress.Load(),
 	}
 }
