@@ -46,6 +46,7 @@ func run() error {
 	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long")
 	gso := flag.Int("gso", 0, "send each message as this many segments of -size bytes in one UDP GSO super-datagram (as goroce's ACK and answer)")
 	role := flag.String("role", "both", "both: both ends in this process; ping or echo: one end, the other in another process (start echo first)")
+	connect := flag.Bool("connect", false, "connect each end's sending socket to its peer (a cached route, no per-send lookup)")
 	raw := flag.Bool("raw", false, "receive as goroce's udp link does over IPv4: on a raw socket, the UDP socket only holding the port (a filter drops all it gets)")
 	flag.Parse()
 	if flag.NArg() != 4 {
@@ -82,6 +83,19 @@ func run() error {
 	deadline := time.Now().Add(*timeout)
 	toA := &unix.SockaddrInet4{Port: *port, Addr: aAddr.As4()}
 	toB := &unix.SockaddrInet4{Port: *port, Addr: bAddr.As4()}
+	if *connect {
+		if ping {
+			if err := unix.Connect(fa.tx, toB); err != nil {
+				return fmt.Errorf("connect: %w", err)
+			}
+		}
+		if echo {
+			if err := unix.Connect(fb.tx, toA); err != nil {
+				return fmt.Errorf("connect: %w", err)
+			}
+		}
+		toA, toB = nil, nil
+	}
 
 	// B echoes every datagram back to A.
 	echoErr := make(chan error, 1)
@@ -224,8 +238,12 @@ func openIn(ns string, addr netip.Addr, port int, raw bool) (end, error) {
 // send sends msg to to: with gso > 1 as one UDP GSO super-datagram of
 // segments of size bytes (UDP_SEGMENT), else as one datagram.
 func send(fd int, msg []byte, size, gso int, to *unix.SockaddrInet4) error {
+	var sa unix.Sockaddr
+	if to != nil {
+		sa = to
+	}
 	if gso <= 1 {
-		if err := unix.Sendto(fd, msg, 0, to); err != nil {
+		if err := unix.Sendto(fd, msg, 0, sa); err != nil {
 			return fmt.Errorf("sendto: %w", err)
 		}
 		return nil
@@ -235,7 +253,7 @@ func send(fd int, msg []byte, size, gso int, to *unix.SockaddrInet4) error {
 	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
 	h.SetLen(unix.CmsgLen(2))
 	binary.NativeEndian.PutUint16(oob[unix.CmsgLen(0):], uint16(size))
-	if err := unix.Sendmsg(fd, msg, oob, to, 0); err != nil {
+	if err := unix.Sendmsg(fd, msg, oob, sa, 0); err != nil {
 		return fmt.Errorf("sendmsg (UDP_SEGMENT %d): %w", size, err)
 	}
 	return nil
