@@ -21,7 +21,8 @@ import (
 // --ceiling`: plain UDP datagrams of a RoCE packet's size between the
 // addresses and port an Endpoint pair would use, with the Endpoint's socket
 // options (buffer sizes, IP_PMTUDISC_DO, UDP GSO of up to 64 segments per
-// super-datagram, sendmmsg batches of BatchSize) and none of its per-packet
+// super-datagram, sendmmsg batches of BatchSize, over IPv4 a sender
+// connected to the destination) and none of its per-packet
 // work (no ICRC, no raw-socket receive, no header checks).
 type BlastConfig struct {
 	// Src and Dst are the two local addresses (same family, required).
@@ -107,6 +108,14 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 		sa6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: cfg.Dst.As16()}
 		*(*[2]byte)(unsafe.Pointer(&sa6.Port)) = port
 		name, namelen = (*byte)(unsafe.Pointer(&sa6)), unix.SizeofSockaddrInet6
+	}
+	if cfg.Dst.Is4() {
+		// As the Endpoint sends IPv4 (conn.go): from a socket connected
+		// to the destination, with its cached route.
+		if err := unix.Connect(tx, &unix.SockaddrInet4{Addr: cfg.Dst.As4(), Port: int(cfg.Port)}); err != nil {
+			return res, fmt.Errorf("udp: blast: connect: %w", err)
+		}
+		name, namelen = nil, 0
 	}
 	data := make([]byte, cfg.BatchSize*segs*cfg.Size)
 	for i := range data {
