@@ -87,7 +87,9 @@ func (t *txState) connFor(f []byte) int {
 			return i
 		}
 	}
-	if len(t.conns) >= maxConns {
+	if len(t.conns) >= maxConns || dst[0] >= 224 || dst[0] == 0 {
+		// Multicast, broadcast and "this network" destinations stay on
+		// the unconnected socket, whose options they would need.
 		return -1
 	}
 	c := t.e.newConn(dst, dport)
