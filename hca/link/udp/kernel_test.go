@@ -345,7 +345,8 @@ func TestOpenErrors(t *testing.T) {
 }
 
 // TestZeroAllocs checks that Write and Read allocate nothing per batch, on
-// every path: sendmmsg, GSO with ICRC patching and splitting, IPv6.
+// every path: sendmmsg, GSO with ICRC patching and splitting, connected and
+// unconnected sockets (the first cycle opens the connected one), IPv6.
 func TestZeroAllocs(t *testing.T) {
 	for _, tc := range []struct {
 		name, a, b string
@@ -354,6 +355,7 @@ func TestZeroAllocs(t *testing.T) {
 	}{
 		{"ipv4-gso", "127.0.0.1", "127.0.0.2", nil, nil},
 		{"ipv4-sendmmsg", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.NoGSO = true }},
+		{"ipv4-gso-unconnected", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.NoConnect = true }},
 		{"ipv6", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}, nil},
 		{"ipv6-gro", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}, func(c *Config) { c.GRO = true }},
 	} {

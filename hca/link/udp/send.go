@@ -62,7 +62,7 @@ type txState struct {
 	sa4     []unix.RawSockaddrInet4
 	sa6     []unix.RawSockaddrInet6
 	oob     []byte   // one UDP_SEGMENT cmsg per message
-	scratch []byte   // the ICRCs of IPv4 GSO segments 1..n for their IP IDs
+	scratch []byte   // IPv4 ICRCs corrected for the IDs the kernel gives (4 bytes per patched frame)
 	frames  []int    // frames in message i
 	gso     []bool   // message i is a GSO super-datagram
 	msock   []int    // message i's socket: an index in conns, or -1 (unconnected)
@@ -362,7 +362,6 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 			setIov(&t.iovs[iov], g[t.hdr:len(g)-4])
 			setIov(&t.iovs[iov+1], c)
 			iov += 2
-			e.st.txICRCPatched.Add(1)
 		}
 		m.Hdr.Iov = &t.iovs[first]
 		m.Hdr.SetIovlen(iov - first)
@@ -384,6 +383,9 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		}
 		nmsg++
 		i = j
+	}
+	if sc > 0 {
+		e.st.txICRCPatched.Add(uint64(sc / 4))
 	}
 	// 4. Send.
 	sent, err := t.sendAll(nmsg)
