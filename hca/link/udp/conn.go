@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -119,17 +118,11 @@ func (e *Endpoint) newConn(dst [4]byte, dport uint16) *conn {
 	}
 	// The socket must live in the endpoint's network namespace, which need
 	// not be the calling thread's (see SplitRx).
-	goruntime.LockOSThread()
-	restore, err := enterNetNS(e.netns)
+	unlock, err := lockNetNS(e.netns)
 	if err != nil {
-		goruntime.UnlockOSThread()
 		return fail(err)
 	}
-	defer func() {
-		if restore() == nil {
-			goruntime.UnlockOSThread()
-		} // else the thread stays locked and dies with its goroutine
-	}()
+	defer unlock()
 	fd, next, perSeg, err := e.openConn(dst, dport)
 	if err != nil {
 		return fail(err)

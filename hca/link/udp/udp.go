@@ -419,17 +419,11 @@ func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
 	// The raw sockets must live in the endpoint's network namespace, which
 	// need not be the calling thread's (tests and tools open links inside
 	// a namespace on a locked thread and use them from anywhere).
-	goruntime.LockOSThread()
-	restore, err := enterNetNS(e.netns)
+	unlock, err := lockNetNS(e.netns)
 	if err != nil {
-		goruntime.UnlockOSThread()
 		return nil, err
 	}
-	defer func() {
-		if restore() == nil {
-			goruntime.UnlockOSThread()
-		} // else the thread stays locked and dies with its goroutine
-	}()
+	defer unlock()
 	var readers []link.Reader
 	var files []*os.File
 	fail := func(err error) ([]link.Reader, error) {
@@ -483,6 +477,23 @@ func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
 
 // rxQueue is a receive queue of SplitRx: its own raw socket and state.
 type rxQueue struct{ rxState }
+
+// lockNetNS locks the calling goroutine to its thread and moves the thread
+// into network namespace ns; unlock moves it back and unlocks it (a thread
+// that cannot move back stays locked and dies with its goroutine).
+func lockNetNS(ns *os.File) (unlock func(), err error) {
+	goruntime.LockOSThread()
+	restore, err := enterNetNS(ns)
+	if err != nil {
+		goruntime.UnlockOSThread()
+		return nil, err
+	}
+	return func() {
+		if restore() == nil {
+			goruntime.UnlockOSThread()
+		}
+	}, nil
+}
 
 // enterNetNS moves the calling (locked) thread into network namespace ns
 // unless it is there already, and returns how to move it back.
