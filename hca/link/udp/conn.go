@@ -46,6 +46,9 @@ import (
 // sending, so the socket is abandoned and the frames go again through the
 // unconnected socket, which keeps the destination for good.
 
+// connectEnv, set to 0 or 1, overrides Config.NoConnect.
+const connectEnv = "GOROCE_UDP_CONNECT"
+
 // maxConns bounds the connected sockets of one transmit state; other
 // destinations use the unconnected socket.
 const maxConns = 8

@@ -193,3 +193,33 @@ func TestConnectedLimit(t *testing.T) {
 			st, a.ConnErr(), maxConns, 6*maxConns, 6*len(peers))
 	}
 }
+
+// TestConnectEnv checks that GOROCE_UDP_CONNECT overrides Config.NoConnect
+// both ways.
+func TestConnectEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env       string
+		noConnect bool
+		want      uint64 // connected sockets opened
+	}{
+		{"0", false, 0},
+		{"1", true, 1},
+		{"", false, 1},
+		{"", true, 0},
+	} {
+		t.Run(fmt.Sprintf("env=%q,NoConnect=%v", tc.env, tc.noConnect), func(t *testing.T) {
+			t.Setenv(connectEnv, tc.env)
+			ns := newNetNS(t)
+			a, b := openPair(t, ns, "127.0.0.1", "127.0.0.2", func(c *Config) { c.NoConnect = tc.noConnect })
+			defer a.Close()
+			defer b.Close()
+			if w, err := a.Write(mustFrames(t, a, b, 0, 2, 64), 0); w != 2 || err != nil {
+				t.Fatalf("Write = %d, %v", w, err)
+			}
+			readFrames(t, b, 2, nil)
+			if st := a.Stats(); st.ConnsOpened != tc.want {
+				t.Fatalf("%d connected sockets opened, want %d", st.ConnsOpened, tc.want)
+			}
+		})
+	}
+}

@@ -61,7 +61,9 @@ type Config struct {
 	BusyPoll bool
 	// NoConnect sends every IPv4 frame through the one unconnected socket
 	// instead of a connected socket per destination (conn.go), as every
-	// IPv6 frame is sent.
+	// IPv6 frame is sent; so does GOROCE_UDP_CONNECT=0 in the environment
+	// (=1 turns connected sockets on even here), for A/B measurements with
+	// programs whose flags do not reach Config.
 	NoConnect bool
 }
 
@@ -162,6 +164,12 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	if cfg.SendBuf == 0 {
 		cfg.SendBuf = DefaultSocketBuffer
+	}
+	switch os.Getenv(connectEnv) {
+	case "0":
+		cfg.NoConnect = true
+	case "1":
+		cfg.NoConnect = false
 	}
 	e := &Endpoint{cfg: cfg, is6: cfg.Addr.Is6(), addrs: []netip.Addr{cfg.Addr}}
 	mtu, err := interfaceMTU(cfg.Addr)
