@@ -430,3 +430,68 @@ func TestBusyPollDeferredACKWithoutPolling(t *testing.T) {
 		t.Errorf("A timed out %d times waiting for deferred ACKs", st.RetryTimeouts)
 	}
 }
+
+// CQ.PollLink receives in the caller's goroutine without taking
+// completions: ib_write_lat's pattern, where each side spins on the last
+// byte of its buffer (QP.ReadMR) for the peer's RDMA WRITE after polling
+// its send CQ, so the reader goroutines stand aside. Every WRITE's data
+// must arrive, in order, and PollLink rounds must have received some; a CQ
+// of a device that does not busy-poll reports false.
+func TestBusyPollLinkForWrites(t *testing.T) {
+	da, db := udpDevices(t, hca.Options{BusyPoll: true})
+	a, ea := newLatEnd(t, da)
+	b, eb := newLatEnd(t, db)
+	connect(t, ea, eb, bth.MTU1024, 10, 20)
+	const iters = 200
+	deadline := time.Now().Add(30 * time.Second)
+	received := 0
+	for i := 1; i <= iters; i++ {
+		// As ib_write_lat polls its send CQ before it posts (b posts
+		// nothing here): a busy-poll round, after which b's reader
+		// goroutine stands aside. Then a's WRITE, and b spins on memory.
+		var wc [1]hca.WC
+		if _, err := b.scq.Poll(wc[:]); err != nil {
+			t.Fatal(err)
+		}
+		ea.buf[63] = byte(i) // the marker b spins for
+		if err := a.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []hca.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr() + 1024, RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		var got [1]byte
+		for {
+			if err := b.qp.ReadMR(b.mr, 1024+63, got[:]); err != nil {
+				t.Fatal(err)
+			}
+			if got[0] == byte(i) {
+				break
+			}
+			if b.rcq.PollLink() {
+				received++
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("WRITE %d: not received within 30 s", i)
+			}
+		}
+		if err := spinOne(a.scq, deadline); err != nil {
+			t.Fatalf("WRITE %d: %v", i, err)
+		}
+	}
+	if received == 0 {
+		t.Fatal("no PollLink round received anything")
+	}
+	t.Logf("%d of %d WRITEs received by PollLink rounds", received, iters)
+	ma, mb, err := memlink.Pair(memlink.Config{AddrsA: []netip.Addr{addrA}, AddrsB: []netip.Addr{addrB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	d, err := hca.Open(ma, hca.Options{BusyPoll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if cq, err := d.CreateCQ(4); err != nil || cq.PollLink() {
+		t.Fatalf("PollLink on a device that does not busy-poll: %v", err)
+	}
+}

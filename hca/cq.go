@@ -125,6 +125,21 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 	return k, nil
 }
 
+// PollLink is one busy-poll round that takes no completions
+// (Options.BusyPoll; without it PollLink does nothing and reports false): it
+// sends what earlier rounds deferred, then receives and processes, in the
+// caller's goroutine, what the receive queues of the CQ's QPs hold, and
+// reports whether anything arrived. It is for an application that spins on
+// memory an RDMA WRITE fills (ib_write_lat's pattern) and so has no
+// completion to poll for: without it the data waits for the device's reader
+// goroutine, which stands aside for milliseconds while a poller polls.
+func (cq *CQ) PollLink() bool {
+	if !cq.busyPoll {
+		return false
+	}
+	return cq.dev.rt.poll(cq.readers.Load())
+}
+
 // Len returns the number of completions waiting.
 func (cq *CQ) Len() int {
 	cq.mu.Lock()
