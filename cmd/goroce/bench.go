@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,7 +68,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&o.timeout, "u", bench.DefaultTimeout, "local ACK timeout code (4.096 us * 2^`N`)")
 	fs.StringVar(&o.devName, "d", "", "HCA `NAME` (default goroce0)")
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process on 127.0.0.1 (server) and 127.0.0.2 (client) over the udp link")
-	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since a spinner takes a core from the HCA's goroutines; never with --loopback)")
+	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since a spinner takes a core from the HCA's goroutines; never with --loopback; a spinning latency run uses one P, GOMAXPROCS=1, unless GOMAXPROCS is set)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.csv, "csv", false, "print the results as CSV")
 	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
@@ -189,6 +190,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// sides live in this process, and two spinners would take the cores
 	// from each other's device goroutines.
 	ls.busyPoll = o.busyPoll.or(!o.p.Mode.IsBW()) && !o.loopback
+	if ownProcess && oneP(ls.busyPoll, o.p.Mode, os.Getenv("GOMAXPROCS")) {
+		runtime.GOMAXPROCS(1)
+	}
 
 	out := newBenchOutput(&o, stdout)
 	var rep *bench.Report
@@ -210,6 +214,26 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// ownProcess is set by main: the command owns its process and may set
+// process-wide runtime settings (GOMAXPROCS); callers of run in a shared
+// process (tests) leave them alone.
+var ownProcess bool
+
+// oneP reports whether a bench run uses one P (GOMAXPROCS 1): a busy-polled
+// latency run, unless the environment sets GOMAXPROCS. Such a run is a
+// single-threaded ping-pong, as perftest's is. With one P the device's
+// goroutines (a reader standing aside, timers) run when the poller yields,
+// on its thread; with an idle second P the runtime wakes threads for them,
+// which take a CPU from the spinner or from its peer. 6.1 TCG guest,
+// send_lat -s 2 -n 5000, 4 alternating pairs: t_avg 143 / 116 / 145 / 151
+// -> 97 / 94 / 124 / 92 µs, p99.9 5.1-6.8 -> 2.1-3.6 ms; host, two
+// processes, -n 20000: p99 27-29 -> 17-21 µs, t_typical unchanged
+// (docs/performance.md, session 8). Bandwidth modes keep every P: the
+// device's goroutines have packets to move there.
+func oneP(busyPoll bool, mode bench.Mode, gomaxprocsEnv string) bool {
+	return busyPoll && !mode.IsBW() && gomaxprocsEnv == ""
 }
 
 // benchOutput prints in the chosen format: perftest's text as the run goes,

@@ -207,3 +207,26 @@ func TestBenchBusyPollFlag(t *testing.T) {
 		t.Error("--busy-poll=maybe accepted")
 	}
 }
+
+// oneP: only busy-polled latency runs go to one P, and a GOMAXPROCS in the
+// environment wins.
+func TestBenchOneP(t *testing.T) {
+	for _, c := range []struct {
+		busy bool
+		mode bench.Mode
+		env  string
+		want bool
+	}{
+		{true, bench.ModeSendLat, "", true},
+		{true, bench.ModeWriteLat, "", true},
+		{true, bench.ModeReadLat, "", true},
+		{true, bench.ModeSendLat, "2", false},
+		{false, bench.ModeSendLat, "", false},
+		{true, bench.ModeWriteBW, "", false},
+		{false, bench.ModeSendBW, "", false},
+	} {
+		if got := oneP(c.busy, c.mode, c.env); got != c.want {
+			t.Errorf("oneP(%v, %v, %q) = %v, want %v", c.busy, c.mode, c.env, got, c.want)
+		}
+	}
+}

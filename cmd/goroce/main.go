@@ -16,6 +16,7 @@ import (
 func main() {
 	stopProfile := profile()
 	stopTrace := traceTo()
+	ownProcess = true
 	code := run(os.Args[1:], os.Stdout, os.Stderr)
 	stopTrace()
 	stopProfile()
