@@ -139,19 +139,26 @@ func TestBusyPoll(t *testing.T) {
 // A link that cannot be read without blocking (memlink) does not busy-poll
 // even when asked: BusyPolling says so, and the bench falls back to waiting.
 func TestBusyPollingNeedsAPoller(t *testing.T) {
+	if d := memlinkBusyDevice(t); d.BusyPolling() {
+		t.Error("memlink device claims to busy-poll")
+	}
+}
+
+// memlinkBusyDevice opens a device with Options.BusyPoll on a memlink,
+// which cannot be read without blocking (closed when t ends).
+func memlinkBusyDevice(t *testing.T) *hca.Device {
+	t.Helper()
 	a, b, err := memlink.Pair(memlink.Config{AddrsA: []netip.Addr{addrA}, AddrsB: []netip.Addr{addrB}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { b.Close() })
 	d, err := hca.Open(a, hca.Options{BusyPoll: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	if d.BusyPolling() {
-		t.Error("memlink device claims to busy-poll")
-	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 // Busy polling defers what a poll round's packets make a QP send (here the
@@ -481,17 +488,7 @@ func TestBusyPollLinkForWrites(t *testing.T) {
 		t.Fatal("no PollLink round received anything")
 	}
 	t.Logf("%d of %d WRITEs received by PollLink rounds", received, iters)
-	ma, mb, err := memlink.Pair(memlink.Config{AddrsA: []netip.Addr{addrA}, AddrsB: []netip.Addr{addrB}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mb.Close()
-	d, err := hca.Open(ma, hca.Options{BusyPoll: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if cq, err := d.CreateCQ(4); err != nil || cq.PollLink() {
+	if cq, err := memlinkBusyDevice(t).CreateCQ(4); err != nil || cq.PollLink() {
 		t.Fatalf("PollLink on a device that does not busy-poll: %v", err)
 	}
 }
