@@ -48,6 +48,7 @@ func run() error {
 	role := flag.String("role", "both", "both: both ends in this process; ping or echo: one end, the other in another process (start echo first)")
 	connect := flag.Bool("connect", false, "connect each end's sending socket to its peer (a cached route, no per-send lookup)")
 	raw := flag.Bool("raw", false, "receive as goroce's udp link does over IPv4: on a raw socket, the UDP socket only holding the port (a filter drops all it gets)")
+	ring := flag.Bool("ring", false, "as -raw, but receive from a packet socket's PACKET_RX_RING on the address's interface: busy polling reads shared memory, no system call")
 	flag.Parse()
 	if flag.NArg() != 4 {
 		return errors.New("usage: udplat [-n N] [-size B] NETNS_A ADDR_A NETNS_B ADDR_B")
@@ -63,19 +64,22 @@ func run() error {
 	if !aAddr.Is4() || !bAddr.Is4() {
 		return errors.New("IPv4 addresses only")
 	}
+	if *ring {
+		*raw = true
+	}
 	ping, echo := *role != "echo", *role != "ping"
 	if *role != "both" && *role != "ping" && *role != "echo" {
 		return fmt.Errorf("-role %q: both, ping or echo", *role)
 	}
 	var fa, fb end
 	if ping {
-		if fa, err = openIn(flag.Arg(0), aAddr, *port, *raw); err != nil {
+		if fa, err = openIn(flag.Arg(0), aAddr, *port, *raw, *ring); err != nil {
 			return err
 		}
 		defer fa.close()
 	}
 	if echo {
-		if fb, err = openIn(flag.Arg(2), bAddr, *port, *raw); err != nil {
+		if fb, err = openIn(flag.Arg(2), bAddr, *port, *raw, *ring); err != nil {
 			return err
 		}
 		defer fb.close()
@@ -103,7 +107,7 @@ func run() error {
 		runtime.LockOSThread()
 		buf := make([]byte, 2048)
 		for i := 0; i < *n; i++ {
-			k, err := spinRecv(fb.rx, buf, deadline)
+			k, err := fb.spinRecv(buf, deadline)
 			if err != nil {
 				echoErr <- fmt.Errorf("echo %d: %w", i, err)
 				return
@@ -139,7 +143,7 @@ func run() error {
 			return fmt.Errorf("ping %d: %w", i, err)
 		}
 		sendDur = append(sendDur, time.Since(t0))
-		if _, err := spinRecv(fa.rx, buf, deadline); err != nil {
+		if _, err := fa.spinRecv(buf, deadline); err != nil {
 			return fmt.Errorf("ping %d: %w", i, err)
 		}
 		lat = append(lat, time.Since(t0)/2)
@@ -154,7 +158,9 @@ func run() error {
 	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 	how := "UDP socket"
-	if *raw {
+	if *ring {
+		how = "packet socket's RX ring"
+	} else if *raw {
 		how = "raw IPv4 socket"
 	}
 	fmt.Printf("UDP ping-pong %s %v <-> %s %v, %d-byte datagrams, %d round trips, busy-polled recvmsg on a %s; half round trip:\n",
@@ -166,21 +172,35 @@ func run() error {
 }
 
 // end is one side: it sends on tx (a UDP socket) and receives on rx (the
-// same socket, or with -raw a raw IPv4 socket).
-type end struct{ tx, rx int }
+// same socket, with -raw a raw IPv4 socket, with -ring a packet socket
+// whose RX ring is rx).
+type end struct {
+	tx, rx int
+	ring   *rxRing
+}
 
 func (e end) close() {
 	unix.Close(e.tx)
 	if e.rx != e.tx {
 		unix.Close(e.rx)
 	}
+	if e.ring != nil {
+		unix.Munmap(e.ring.mem)
+	}
+}
+
+func (e end) spinRecv(buf []byte, deadline time.Time) (int, error) {
+	if e.ring != nil {
+		return e.ring.spinRecv(buf, deadline)
+	}
+	return spinRecv(e.rx, buf, deadline)
 }
 
 // openIn opens a non-blocking UDP socket bound to addr:port inside network
 // namespace ns (an `ip netns` name), and with raw a raw IPv4 socket for UDP
 // bound to addr. The sockets keep their namespace; the thread that entered
 // ns exits with its goroutine (locked, never unlocked).
-func openIn(ns string, addr netip.Addr, port int, raw bool) (end, error) {
+func openIn(ns string, addr netip.Addr, port int, raw, ring bool) (end, error) {
 	type res struct {
 		e   end
 		err error
@@ -206,7 +226,7 @@ func openIn(ns string, addr netip.Addr, port int, raw bool) (end, error) {
 				return end{}, fmt.Errorf("bind %v:%d in %s: %w", addr, port, ns, err)
 			}
 			if !raw {
-				return end{fd, fd}, nil
+				return end{tx: fd, rx: fd}, nil
 			}
 			// As goroce's holder: UDP_GRO, so that a GSO skb is not
 			// segmented only for the filter to drop the segments.
@@ -216,6 +236,14 @@ func openIn(ns string, addr netip.Addr, port int, raw bool) (end, error) {
 				&unix.SockFprog{Len: 1, Filter: &drop[0]}); err != nil {
 				unix.Close(fd)
 				return end{}, err
+			}
+			if ring {
+				r, err := openRing(addr, port)
+				if err != nil {
+					unix.Close(fd)
+					return end{}, err
+				}
+				return end{tx: fd, rx: r.fd, ring: r}, nil
 			}
 			rfd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 			if err != nil {
@@ -227,7 +255,7 @@ func openIn(ns string, addr netip.Addr, port int, raw bool) (end, error) {
 				unix.Close(rfd)
 				return end{}, err
 			}
-			return end{fd, rfd}, nil
+			return end{tx: fd, rx: rfd}, nil
 		}()
 		c <- res{e, err}
 	}()
