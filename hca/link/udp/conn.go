@@ -49,6 +49,9 @@ import (
 // connectEnv, set to 0 or 1, overrides Config.NoConnect.
 const connectEnv = "GOROCE_UDP_CONNECT"
 
+// rxRingEnv overrides Config.RxRing: "1" or "0".
+const rxRingEnv = "GOROCE_UDP_RXRING"
+
 // maxConns bounds the connected sockets of one transmit state; other
 // destinations use the unconnected socket.
 const maxConns = 8

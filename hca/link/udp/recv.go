@@ -38,6 +38,7 @@ const (
 type rxState struct {
 	e      *Endpoint
 	rc     syscall.RawConn // the socket this state receives from
+	ring   *rxRing         // its RX ring (Config.RxRing), read instead of recvmmsg
 	direct bool            // IPv6 without GRO: receive into the caller's buffers
 	msgs   []unix.Mmsghdr
 	iovs   []unix.Iovec
@@ -64,8 +65,8 @@ type rxState struct {
 	ready, lensOK, dirty int
 }
 
-func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
-	r.e, r.rc = e, rc
+func (r *rxState) init(e *Endpoint, rc syscall.RawConn, ring *rxRing) {
+	r.e, r.rc, r.ring = e, rc, ring
 	n := e.cfg.BatchSize
 	r.direct = e.is6 && !e.cfg.GRO
 	r.msgs = make([]unix.Mmsghdr, n)
@@ -74,7 +75,11 @@ func (r *rxState) init(e *Endpoint, rc syscall.RawConn) {
 		r.sa6 = make([]unix.RawSockaddrInet6, n)
 		r.oob = make([]byte, n*oobSize)
 	}
-	r.poll.Init(e.w, r.recv, nil)
+	if ring != nil {
+		r.poll.Init(e.w, r.ringRecv, ring.ready)
+	} else {
+		r.poll.Init(e.w, r.recv, nil)
+	}
 }
 
 // Read receives up to len(bufs) IP packets (see link.Endpoint). A packet
@@ -270,6 +275,13 @@ func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int
 		if len(d) < ipv4Hdr+udpHdr || d[0] != 0x45 ||
 			int(binary.BigEndian.Uint16(d[2:])) != len(d) || d[9] != unix.IPPROTO_UDP ||
 			int(binary.BigEndian.Uint16(d[24:])) != len(d)-ipv4Hdr {
+			e.st.rxMalformed.Add(1)
+			r.next()
+			return 0
+		}
+		if r.ring != nil && !wire.IPv4(d).IsChecksumValid() {
+			// The IP layer, which checks it for the raw socket, has not
+			// seen a packet from the ring yet.
 			e.st.rxMalformed.Add(1)
 			r.next()
 			return 0

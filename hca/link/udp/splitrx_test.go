@@ -32,9 +32,15 @@ func qpFrame(t testing.TB, a, b *Endpoint, qpn bth.QPN, psn bth.PSN, payload int
 // super-datagrams whole to one reader, and a datagram too short for a BTH
 // reaches reader 0 only.
 func TestSplitRx(t *testing.T) {
+	t.Run("raw", func(t *testing.T) { testSplitRx(t, false) })
+	t.Run("rxring", func(t *testing.T) { testSplitRx(t, true) })
+}
+
+// testSplitRx spreads 9 QPs over 3 receive queues, raw sockets or rings.
+func testSplitRx(t *testing.T, ring bool) {
 	ns := newNetNS(t)
 	var a, b *Endpoint
-	ns.do(t, func() { a, b = openPair0(t, "127.0.0.2", "127.0.0.1", nil) })
+	ns.do(t, func() { a, b = openPair0(t, "127.0.0.2", "127.0.0.1", func(c *Config) { c.RxRing = ring }) })
 	defer a.Close()
 	defer b.Close()
 	const n = 3
@@ -143,7 +149,11 @@ func TestSplitRx(t *testing.T) {
 	if short[0] != 1 {
 		t.Errorf("short datagram reached readers %v, want reader 0 only", short)
 	}
-	if s := b.Stats(); s.RxAggregates == 0 {
+	s := b.Stats()
+	if s.RxAggregates == 0 {
 		t.Errorf("no GSO aggregate was received: %+v", s)
+	}
+	if ring != (s.RxRing > 0) {
+		t.Errorf("RxRing %d with Config.RxRing %v", s.RxRing, ring)
 	}
 }

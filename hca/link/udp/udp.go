@@ -65,6 +65,13 @@ type Config struct {
 	// (=1 turns connected sockets on even here), for A/B measurements with
 	// programs whose flags do not reach Config.
 	NoConnect bool
+	// RxRing receives IPv4 from a packet socket's PACKET_RX_RING instead
+	// of a raw socket (ring.go): a busy poll that finds nothing costs an
+	// atomic load instead of a system call. The packet socket sees packets
+	// before the IP layer, so the host's firewall does not apply to them.
+	// GOROCE_UDP_RXRING=1 (or =0) in the environment overrides it. Ignored
+	// for IPv6.
+	RxRing bool
 }
 
 // Stats are the endpoint's counters.
@@ -87,12 +94,13 @@ type Stats struct {
 	RxTooLarge     uint64 // dropped: larger than the caller's buffer, or truncated
 	RxMalformed    uint64 // dropped: IP/UDP header not as expected
 	RxWrongAddress uint64 // dropped: not addressed to Addr:Port
+	RxRing         uint64 // IPv4 packets taken from the RX ring (Config.RxRing)
 }
 
 type counters struct {
 	txFrames, txCalls, txGSOBatches, txGSOSegments, txICRCPatched, txRejected, txErrors, gsoDisabled atomic.Uint64
 	txConnected, connOpened, connFailed, connFallbacks                                               atomic.Uint64
-	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress                                  atomic.Uint64
+	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress, rxRing                          atomic.Uint64
 }
 
 // Errors.
@@ -116,7 +124,8 @@ type Endpoint struct {
 
 	udp    *os.File // bound UDP socket: sends; receives for IPv6
 	udpRC  syscall.RawConn
-	raw    *os.File // IPv4 raw receive socket; nil for IPv6
+	raw    *os.File // IPv4 raw receive socket (or packet socket with Config.RxRing); nil for IPv6
+	ring   *rxRing  // its ring (Config.RxRing)
 	rxRC   syscall.RawConn
 	gso    atomic.Bool
 	closed atomic.Bool
@@ -132,6 +141,7 @@ type Endpoint struct {
 	connErr error      // why the first connected socket that failed to open did
 	split   bool       // SplitRx was called
 	netns   *os.File   // the network namespace Open ran in
+	rings   []*rxRing  // SplitRx's rings, unmapped once the files are closed
 	rx      rxState    // owned by the single reader
 }
 
@@ -171,6 +181,12 @@ func Open(cfg Config) (*Endpoint, error) {
 	case "1":
 		cfg.NoConnect = false
 	}
+	switch os.Getenv(rxRingEnv) {
+	case "0":
+		cfg.RxRing = false
+	case "1":
+		cfg.RxRing = true
+	}
 	e := &Endpoint{cfg: cfg, is6: cfg.Addr.Is6(), addrs: []netip.Addr{cfg.Addr}}
 	mtu, err := interfaceMTU(cfg.Addr)
 	if err != nil {
@@ -195,7 +211,7 @@ func Open(cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	e.tx.init(e, e.udpRC)
-	e.rx.init(e, e.rxRC)
+	e.rx.init(e, e.rxRC, e.ring)
 	return e, nil
 }
 
@@ -275,20 +291,19 @@ func (e *Endpoint) openSockets() error {
 		if err := unix.Bind(fd, sa); err != nil {
 			return fmt.Errorf("udp: bind %v:%d: %w", e.cfg.Addr, e.cfg.Port, err)
 		}
-		rfd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-		if err != nil {
-			return fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err)
-		}
-		if e.raw, err = e.w.File(rfd, "udp-raw"); err != nil {
-			unix.Close(rfd)
-			return fmt.Errorf("udp: raw socket: %w", err)
-		}
-		setBuffers(rfd, e.cfg.RecvBuf, 0)
-		if err := attachFilter(rfd, acceptUDPTo(e.cfg.Addr.As4(), e.cfg.Port)); err != nil {
+		if e.cfg.RxRing {
+			rfd, g, err := openRxRing(e.mtu, e.cfg.RecvBuf, acceptUDPTo(e.cfg.Addr.As4(), e.cfg.Port))
+			if err != nil {
+				return err
+			}
+			if e.raw, err = e.w.File(rfd, "udp-ring"); err != nil {
+				unix.Close(rfd)
+				g.unmap()
+				return fmt.Errorf("udp: packet socket: %w", err)
+			}
+			e.ring = g
+		} else if err := e.openRaw(); err != nil {
 			return err
-		}
-		if err := unix.Bind(rfd, &unix.SockaddrInet4{Addr: e.cfg.Addr.As4()}); err != nil {
-			return fmt.Errorf("udp: bind raw socket to %v: %w", e.cfg.Addr, err)
 		}
 	}
 	if !e.cfg.NoGSO {
@@ -304,6 +319,27 @@ func (e *Endpoint) openSockets() error {
 		if e.rxRC, err = e.raw.SyscallConn(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// openRaw opens the IPv4 raw receive socket, bound to Addr, with a filter
+// for UDP to Addr:Port.
+func (e *Endpoint) openRaw() error {
+	rfd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err)
+	}
+	if e.raw, err = e.w.File(rfd, "udp-raw"); err != nil {
+		unix.Close(rfd)
+		return fmt.Errorf("udp: raw socket: %w", err)
+	}
+	setBuffers(rfd, e.cfg.RecvBuf, 0)
+	if err := attachFilter(rfd, acceptUDPTo(e.cfg.Addr.As4(), e.cfg.Port)); err != nil {
+		return err
+	}
+	if err := unix.Bind(rfd, &unix.SockaddrInet4{Addr: e.cfg.Addr.As4()}); err != nil {
+		return fmt.Errorf("udp: bind raw socket to %v: %w", e.cfg.Addr, err)
 	}
 	return nil
 }
@@ -364,7 +400,12 @@ func (e *Endpoint) closeFiles() {
 	for _, f := range e.queues {
 		f.Close()
 	}
-	e.queues, e.connFDs = nil, nil
+	// A ring is unmapped only once its socket's file is closed: no RawConn
+	// callback can touch it after that (ring.go).
+	for _, g := range e.rings {
+		g.unmap()
+	}
+	e.queues, e.connFDs, e.rings = nil, nil, nil
 	e.qmu.Unlock()
 	if e.udp != nil {
 		e.udp.Close()
@@ -372,6 +413,7 @@ func (e *Endpoint) closeFiles() {
 	if e.raw != nil {
 		e.raw.Close()
 	}
+	e.ring.unmap()
 }
 
 // ConnErr returns why the first connected socket that could not be opened
@@ -391,7 +433,7 @@ func (e *Endpoint) Stats() Stats {
 		GSODisabled: c.gsoDisabled.Load(), TxConnected: c.txConnected.Load(), ConnsOpened: c.connOpened.Load(),
 		ConnsFailed: c.connFailed.Load(), ConnFallbacks: c.connFallbacks.Load(),
 		RxFrames: c.rxFrames.Load(), RxAggregates: c.rxAggregates.Load(), RxTooLarge: c.rxTooLarge.Load(),
-		RxMalformed: c.rxMalformed.Load(), RxWrongAddress: c.rxWrongAddress.Load(),
+		RxMalformed: c.rxMalformed.Load(), RxWrongAddress: c.rxWrongAddress.Load(), RxRing: c.rxRing.Load(),
 	}
 }
 
@@ -434,44 +476,43 @@ func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
 	defer unlock()
 	var readers []link.Reader
 	var files []*os.File
+	var rings []*rxRing
 	fail := func(err error) ([]link.Reader, error) {
 		for _, f := range files {
 			f.Close()
 		}
+		for _, g := range rings {
+			g.unmap()
+		}
 		return nil, err
 	}
 	for i := 1; i < n; i++ {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		f, g, err := e.openRxQueue(acceptUDPToQP(a4, e.cfg.Port, uint32(n), uint32(i)))
 		if err != nil {
-			return fail(fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err))
-		}
-		f, err := e.w.File(fd, "udp-raw-q")
-		if err != nil {
-			unix.Close(fd)
-			return fail(fmt.Errorf("udp: raw socket: %w", err))
-		}
-		files = append(files, f)
-		setBuffers(fd, e.cfg.RecvBuf, 0)
-		if err := attachFilter(fd, acceptUDPToQP(a4, e.cfg.Port, uint32(n), uint32(i))); err != nil {
 			return fail(err)
 		}
-		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: a4}); err != nil {
-			return fail(fmt.Errorf("udp: bind raw socket to %v: %w", e.cfg.Addr, err))
+		files = append(files, f)
+		if g != nil {
+			rings = append(rings, g)
 		}
 		rc, err := f.SyscallConn()
 		if err != nil {
 			return fail(err)
 		}
 		r := &rxQueue{}
-		r.init(e, rc)
+		r.init(e, rc, g)
 		readers = append(readers, r)
 	}
 	// Narrow the endpoint's own socket last: until then it still sees
 	// every packet (a packet may be read twice during the switch, never
 	// lost; SplitRx runs before traffic).
+	own := acceptUDPToQP(a4, e.cfg.Port, uint32(n), 0)
+	if e.ring != nil {
+		own = hostOnly(own)
+	}
 	var ferr error
 	if err := e.rxRC.Control(func(s uintptr) {
-		ferr = attachFilter(int(s), acceptUDPToQP(a4, e.cfg.Port, uint32(n), 0))
+		ferr = attachFilter(int(s), own)
 	}); err != nil {
 		return fail(err)
 	}
@@ -479,8 +520,47 @@ func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
 		return fail(ferr)
 	}
 	e.queues = append(e.queues, files...)
+	e.rings = append(e.rings, rings...)
 	e.split = true
 	return readers, nil
+}
+
+// openRxQueue opens the socket of one more IPv4 receive queue with filter
+// prog: a raw socket bound to Addr, or with Config.RxRing a packet socket
+// and its ring.
+func (e *Endpoint) openRxQueue(prog []unix.SockFilter) (*os.File, *rxRing, error) {
+	if e.cfg.RxRing {
+		fd, g, err := openRxRing(e.mtu, e.cfg.RecvBuf, prog)
+		if err != nil {
+			return nil, nil, err
+		}
+		f, err := e.w.File(fd, "udp-ring-q")
+		if err != nil {
+			unix.Close(fd)
+			g.unmap()
+			return nil, nil, fmt.Errorf("udp: packet socket: %w", err)
+		}
+		return f, g, nil
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, nil, fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err)
+	}
+	f, err := e.w.File(fd, "udp-raw-q")
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("udp: raw socket: %w", err)
+	}
+	setBuffers(fd, e.cfg.RecvBuf, 0)
+	if err := attachFilter(fd, prog); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: e.cfg.Addr.As4()}); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("udp: bind raw socket to %v: %w", e.cfg.Addr, err)
+	}
+	return f, nil, nil
 }
 
 // rxQueue is a receive queue of SplitRx: its own raw socket and state.

@@ -53,6 +53,9 @@ func TestConformanceIPv4(t *testing.T) {
 		{"sendmmsg", func(c *Config) { c.NoGSO = true }},
 		{"mtu1500", func(c *Config) { c.MTU = 1500; c.BatchSize = 8 }},
 		{"busypoll", func(c *Config) { c.BusyPoll = true }}, // outside the netpoller
+		{"rxring", func(c *Config) { c.RxRing = true }},
+		{"rxring-busypoll", func(c *Config) { c.RxRing = true; c.BusyPoll = true }},
+		{"rxring-mtu1500", func(c *Config) { c.RxRing = true; c.MTU = 1500; c.BatchSize = 8 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
