@@ -106,6 +106,9 @@ type linkSettings struct {
 	Encap string     // encapRoCE2 (default) or encapRoCE1
 	MTU   int        // caps the link MTU in bytes; 0: the interface's
 	Pcap  string     // capture file; "" for none
+	// RxRing receives the udp link's IPv4 packets from a packet socket's
+	// RX ring (udp.Config.RxRing).
+	RxRing bool
 
 	// tun and tap only.
 	AddrBits   int            // prefix length given with Addr; 0: none
@@ -131,6 +134,7 @@ type linkFlags struct {
 	pcap   string
 	kaddr  string
 	routes string
+	rxRing bool
 }
 
 // linkUsage documents the link flags and the config file for a command's
@@ -150,8 +154,12 @@ const linkUsage = `Link configuration (flags win over --config):
   --link-mtu BYTES              cap the link MTU (--mtu is the tools' path MTU);
                                 tun/tap: the MTU of a created device (default 4200)
   --pcap FILE                   capture every frame of the link to FILE
+  --rx-ring                     udp link over IPv4: receive from a packet socket's RX
+                                ring instead of a raw socket (a busy poll reads memory,
+                                no system call; the host firewall does not see what
+                                the ring receives)
   --config FILE                 key=value lines: link, dev, addr, kernel-addr, routes,
-                                encap, mtu, pcap ('#' starts a comment)`
+                                encap, mtu, pcap, rx-ring ('#' starts a comment)`
 
 // addLinkFlags registers --link, --dev, --addr, --encap, --link-mtu, --pcap
 // and --config on fs. The link MTU flag is not --mtu because the tools that
@@ -167,6 +175,7 @@ func addLinkFlags(fs *flag.FlagSet) *linkFlags {
 	fs.StringVar(&lf.encap, "encap", encapRoCE2, "encapsulation: roce2 or roce1")
 	fs.IntVar(&lf.mtu, "link-mtu", 0, "cap the link MTU to `BYTES` (0: the interface's; config key mtu)")
 	fs.StringVar(&lf.pcap, "pcap", "", "capture the link's frames to `FILE`")
+	fs.BoolVar(&lf.rxRing, "rx-ring", false, "udp link over IPv4: receive from a packet socket's RX ring, not a raw socket (the host firewall does not see those packets)")
 	return lf
 }
 
@@ -204,12 +213,13 @@ func (lf *linkFlags) settings() (linkSettings, error) {
 		"encap":       pick("encap", lf.encap),
 		"mtu":         pickAs("mtu", "link-mtu", mtu),
 		"pcap":        pick("pcap", lf.pcap),
+		"rx-ring":     pick("rx-ring", strconv.FormatBool(lf.rxRing)),
 	})
 }
 
 // linkConfigKeys are the keys a config file may hold.
 var linkConfigKeys = map[string]bool{"link": true, "dev": true, "addr": true, "kernel-addr": true, "routes": true,
-	"encap": true, "mtu": true, "pcap": true}
+	"encap": true, "mtu": true, "pcap": true, "rx-ring": true}
 
 // readLinkConfig reads key=value lines. Blank lines and lines starting with
 // '#' are skipped; an unknown key, a line without '=' or a key given twice
@@ -233,7 +243,7 @@ func readLinkConfig(name string) (map[string]string, error) {
 		case !ok:
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, line)
 		case !linkConfigKeys[k]:
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu or pcap)", name, n, k)
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap or rx-ring)", name, n, k)
 		}
 		if _, dup := kv[k]; dup {
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: key %q given twice", name, n, k)
@@ -309,6 +319,19 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 		s.MTU = n
 	}
 	s.Pcap = kv["pcap"]
+	if r := kv["rx-ring"]; r != "" {
+		b, err := strconv.ParseBool(r)
+		if err != nil {
+			return s, linkErrf(errLinkConfig, nil, "rx-ring %q is not true or false", r)
+		}
+		if b && s.Link != linkUDP {
+			return s, linkErrf(errLinkConfig, nil, "rx-ring applies to the udp link only (the %s link has no raw socket to replace)", s.Link)
+		}
+		if b && s.Addr.Is6() {
+			return s, linkErrf(errLinkConfig, nil, "rx-ring needs an IPv4 address (IPv6 receives on the UDP socket itself), not %s", s.Addr)
+		}
+		s.RxRing = b
+	}
 	if s.Dev == "" && s.Link == linkAFPacket {
 		return s, linkErrf(errLinkConfig, nil, "link %s needs --dev", s.Link)
 	}
@@ -482,7 +505,10 @@ var openTunLink = func(cfg tun.Config) (*tun.Endpoint, error) { return tun.Open(
 func openLink(s linkSettings) (link.Endpoint, error) {
 	switch s.Link {
 	case linkUDP:
-		ep, err := openUDPLink(udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll})
+		if s.RxRing && !s.Addr.Is4() {
+			return nil, linkErrf(errLinkConfig, nil, "--rx-ring needs an IPv4 address (IPv6 receives on the UDP socket itself), not %s", s.Addr)
+		}
+		ep, err := openUDPLink(udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll, RxRing: s.RxRing})
 		if err != nil {
 			return nil, classifyOpenErr(err, fmt.Sprintf("udp link on %s port %d", s.Addr, udp.DefaultPort))
 		}

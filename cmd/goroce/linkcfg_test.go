@@ -67,6 +67,15 @@ func TestLinkSettings(t *testing.T) {
 			want: linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrB, MTU: 2000, Pcap: "/tmp/x.pcap"}},
 		{name: "afpacket roce1", args: []string{"--link", "afpacket", "--dev", "veth0", "--encap", "roce1"},
 			want: linkSettings{Link: "afpacket", Dev: "veth0", Encap: "roce1"}},
+		{name: "rx-ring flag", args: []string{"--rx-ring"}, want: linkSettings{Link: "udp", Encap: "roce2", RxRing: true}},
+		{name: "rx-ring in file", args: []string{"--config", writeFile(t, "r.conf", "rx-ring=true\n")},
+			want: linkSettings{Link: "udp", Encap: "roce2", RxRing: true}},
+		{name: "rx-ring flag beats file", args: []string{"--config", writeFile(t, "r0.conf", "rx-ring=true\n"), "--rx-ring=false"},
+			want: linkSettings{Link: "udp", Encap: "roce2"}},
+		{name: "rx-ring bad value", args: []string{"--config", writeFile(t, "rb.conf", "rx-ring=yes\n")}, kind: errLinkConfig, msg: `rx-ring "yes" is not true or false`},
+		{name: "rx-ring on IPv6", args: []string{"--addr", "::1", "--rx-ring"}, kind: errLinkConfig, msg: "rx-ring needs an IPv4 address"},
+		{name: "rx-ring on afpacket", args: []string{"--link", "afpacket", "--dev", "veth0", "--rx-ring"}, kind: errLinkConfig,
+			msg: "rx-ring applies to the udp link only"},
 		{name: "unknown link", args: []string{"--link", "rdma"}, kind: errLinkConfig, msg: `unknown link "rdma"`},
 		{name: "unknown encap", args: []string{"--encap", "roce3"}, kind: errLinkConfig, msg: `unknown encap "roce3"`},
 		{name: "roce1 on udp", args: []string{"--encap", "roce1"}, kind: errLinkConfig, msg: "needs an Ethernet link"},
@@ -248,6 +257,16 @@ func TestOpenDeviceBusyPollLink(t *testing.T) {
 		if got == nil || got.BusyPoll != busy {
 			t.Fatalf("busy-polling HCA %v: udp.Config %+v, want BusyPoll %v", busy, got, busy)
 		}
+	}
+	// --rx-ring reaches udp.Config, and needs IPv4.
+	var got *udp.Config
+	openUDPLink = func(cfg udp.Config) (link.Endpoint, error) {
+		got = &cfg
+		return nil, errors.New("not opened in this test")
+	}
+	openDevice(linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrA, RxRing: true}, "", "")
+	if got == nil || !got.RxRing {
+		t.Fatalf("--rx-ring: udp.Config %+v, want RxRing", got)
 	}
 }
 

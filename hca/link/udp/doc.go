@@ -35,6 +35,15 @@
 // opcode when it has one length, or else finding it from the BTHs and
 // confirming it with the first segment's ICRC.
 //
+// Receive path, IPv4 with Config.RxRing (ring.go): a SOCK_DGRAM packet
+// socket for ETH_P_IP on every interface takes the raw socket's place, with
+// the same filter behind a PACKET_HOST check, and fills a TPACKET_V2
+// PACKET_RX_RING mapped into the process: a busy poll that finds nothing
+// is an atomic load, not a recvmmsg. Packets longer than a slot come whole
+// by recvfrom (PACKET_COPY_THRESH). The packet socket sees packets before
+// the IP layer: Read checks their IPv4 header checksum, and the host's
+// firewall does not see them, hence opt-in (GOROCE_UDP_RXRING=1/0).
+//
 // Receive path, IPv6: raw IPv6 sockets do not show the IP header, so Read
 // receives on the UDP socket with IPV6_RECVPKTINFO and IPV6_RECVHOPLIMIT and
 // rebuilds the 40-byte IPv6 header and the UDP header. Every field the ICRC
