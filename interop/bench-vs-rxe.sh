@@ -31,7 +31,8 @@
 # of a clean export of HEAD.
 # Exit: 0 everything measured, 1 a run failed or printed no result, 2 harness (build, boot, root).
 # With send_lat, the table also shows the floor under it on goroce's path (interop/udplat: a plain
-# UDP ping-pong between the two namespaces, and one shaped as goroce's udp link's traffic).
+# UDP ping-pong between the two namespaces, and two shaped as goroce's udp link's traffic: raw
+# socket receive, and the packet socket RX ring of --rx-ring, which -G --rx-ring selects).
 # The table ends with what the guest charges per operation of a 64 KiB message (interop/tcgcost:
 # Go copy, goroce's ICRC, hash/crc32, the kernel's copy in and out of a socket).
 # Outputs: .cache/bvr/{table.txt,results.tsv,runs.log}; every exact command is in runs.log.
