@@ -18,6 +18,7 @@ import (
 // or, at the link layer, another host (the filter's, not counted); and it still takes a good packet, a packet
 // longer than a slot (TP_STATUS_COPY) and one from an ordinary socket.
 func TestRxRingRefusals(t *testing.T) {
+	t.Setenv(rxRingEnv, "")
 	ns := newNetNS(t)
 	var a, b *Endpoint
 	ns.do(t, func() { a, b = openPair0(t, "127.0.0.2", "127.0.0.1", func(c *Config) { c.RxRing = true }) })

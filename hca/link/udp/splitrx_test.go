@@ -32,6 +32,7 @@ func qpFrame(t testing.TB, a, b *Endpoint, qpn bth.QPN, psn bth.PSN, payload int
 // super-datagrams whole to one reader, and a datagram too short for a BTH
 // reaches reader 0 only.
 func TestSplitRx(t *testing.T) {
+	t.Setenv(rxRingEnv, "") // the subtests choose
 	t.Run("raw", func(t *testing.T) { testSplitRx(t, false) })
 	t.Run("rxring", func(t *testing.T) { testSplitRx(t, true) })
 }

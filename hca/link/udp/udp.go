@@ -291,18 +291,7 @@ func (e *Endpoint) openSockets() error {
 		if err := unix.Bind(fd, sa); err != nil {
 			return fmt.Errorf("udp: bind %v:%d: %w", e.cfg.Addr, e.cfg.Port, err)
 		}
-		if e.cfg.RxRing {
-			rfd, g, err := openRxRing(e.mtu, e.cfg.RecvBuf, acceptUDPTo(e.cfg.Addr.As4(), e.cfg.Port))
-			if err != nil {
-				return err
-			}
-			if e.raw, err = e.w.File(rfd, "udp-ring"); err != nil {
-				unix.Close(rfd)
-				g.unmap()
-				return fmt.Errorf("udp: packet socket: %w", err)
-			}
-			e.ring = g
-		} else if err := e.openRaw(); err != nil {
+		if e.raw, e.ring, err = e.openRxQueue(acceptUDPTo(e.cfg.Addr.As4(), e.cfg.Port)); err != nil {
 			return err
 		}
 	}
@@ -319,27 +308,6 @@ func (e *Endpoint) openSockets() error {
 		if e.rxRC, err = e.raw.SyscallConn(); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// openRaw opens the IPv4 raw receive socket, bound to Addr, with a filter
-// for UDP to Addr:Port.
-func (e *Endpoint) openRaw() error {
-	rfd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-	if err != nil {
-		return fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err)
-	}
-	if e.raw, err = e.w.File(rfd, "udp-raw"); err != nil {
-		unix.Close(rfd)
-		return fmt.Errorf("udp: raw socket: %w", err)
-	}
-	setBuffers(rfd, e.cfg.RecvBuf, 0)
-	if err := attachFilter(rfd, acceptUDPTo(e.cfg.Addr.As4(), e.cfg.Port)); err != nil {
-		return err
-	}
-	if err := unix.Bind(rfd, &unix.SockaddrInet4{Addr: e.cfg.Addr.As4()}); err != nil {
-		return fmt.Errorf("udp: bind raw socket to %v: %w", e.cfg.Addr, err)
 	}
 	return nil
 }
@@ -525,16 +493,16 @@ func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
 	return readers, nil
 }
 
-// openRxQueue opens the socket of one more IPv4 receive queue with filter
-// prog: a raw socket bound to Addr, or with Config.RxRing a packet socket
-// and its ring.
+// openRxQueue opens the socket of an IPv4 receive queue with filter prog:
+// a raw socket bound to Addr, or with Config.RxRing a packet socket and
+// its ring.
 func (e *Endpoint) openRxQueue(prog []unix.SockFilter) (*os.File, *rxRing, error) {
 	if e.cfg.RxRing {
 		fd, g, err := openRxRing(e.mtu, e.cfg.RecvBuf, prog)
 		if err != nil {
 			return nil, nil, err
 		}
-		f, err := e.w.File(fd, "udp-ring-q")
+		f, err := e.w.File(fd, "udp-ring")
 		if err != nil {
 			unix.Close(fd)
 			g.unmap()
@@ -546,7 +514,7 @@ func (e *Endpoint) openRxQueue(prog []unix.SockFilter) (*os.File, *rxRing, error
 	if err != nil {
 		return nil, nil, fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", err)
 	}
-	f, err := e.w.File(fd, "udp-raw-q")
+	f, err := e.w.File(fd, "udp-raw")
 	if err != nil {
 		unix.Close(fd)
 		return nil, nil, fmt.Errorf("udp: raw socket: %w", err)
@@ -563,7 +531,8 @@ func (e *Endpoint) openRxQueue(prog []unix.SockFilter) (*os.File, *rxRing, error
 	return f, nil, nil
 }
 
-// rxQueue is a receive queue of SplitRx: its own raw socket and state.
+// rxQueue is a receive queue of SplitRx: its own raw socket (or packet
+// socket and ring) and state.
 type rxQueue struct{ rxState }
 
 // lockNetNS locks the calling goroutine to its thread and moves the thread
