@@ -356,6 +356,10 @@ func TestZeroAllocs(t *testing.T) {
 		{"ipv4-gso", "127.0.0.1", "127.0.0.2", nil, nil},
 		{"ipv4-sendmmsg", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.NoGSO = true }},
 		{"ipv4-gso-unconnected", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.NoConnect = true }},
+		// The RX ring: a GSO super-datagram through the copy path, single
+		// frames through the slots.
+		{"ipv4-gso-rxring", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.RxRing = true }},
+		{"ipv4-sendmmsg-rxring", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.NoGSO = true; c.RxRing = true }},
 		{"ipv6", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}, nil},
 		{"ipv6-gro", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}, func(c *Config) { c.GRO = true }},
 	} {
@@ -391,6 +395,9 @@ func TestZeroAllocs(t *testing.T) {
 			cycle()
 			if n := testing.AllocsPerRun(50, cycle); n != 0 {
 				t.Fatalf("%v allocations per 32-frame Write+Read", n)
+			}
+			if b.cfg.RxRing != (b.Stats().RxRing > 0) {
+				t.Fatalf("Config.RxRing %v, but %d packets came from a ring", b.cfg.RxRing, b.Stats().RxRing)
 			}
 		})
 	}
