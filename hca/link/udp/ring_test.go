@@ -68,16 +68,7 @@ func TestRxRingRefusals(t *testing.T) {
 	}
 	// A datagram from an ordinary socket: in a slot, refused as malformed
 	// by nobody (it is a well-formed UDP datagram, too short for RoCE).
-	ns.do(t, func() {
-		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IP{127, 0, 0, 2}}, &net.UDPAddr{IP: net.IP{127, 0, 0, 1}, Port: int(DefaultPort)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := c.Write([]byte("short")); err != nil {
-			t.Fatal(err)
-		}
-	})
+	sendShort(t, ns)
 
 	want := append([][]byte{good}, run...)
 	bufs := make([][]byte, 32)

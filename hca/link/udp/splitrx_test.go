@@ -28,6 +28,22 @@ func qpFrame(t testing.TB, a, b *Endpoint, qpn bth.QPN, psn bth.PSN, payload int
 	return f
 }
 
+// sendShort sends a 5-byte datagram, too short for a BTH, from an ordinary
+// socket on 127.0.0.2 to 127.0.0.1:4791 in ns.
+func sendShort(t *testing.T, ns *netNS) {
+	t.Helper()
+	ns.do(t, func() {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IP{127, 0, 0, 2}}, &net.UDPAddr{IP: net.IP{127, 0, 0, 1}, Port: int(DefaultPort)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("short")); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // SplitRx: every frame reaches exactly the reader of its DestQP mod n, GSO
 // super-datagrams whole to one reader, and a datagram too short for a BTH
 // reaches reader 0 only.
@@ -114,17 +130,7 @@ func testSplitRx(t *testing.T, ring bool) {
 	if _, err := a.Write(batch, 0); err != nil {
 		t.Fatal(err)
 	}
-	// A datagram too short for a BTH, from an ordinary socket.
-	ns.do(t, func() {
-		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IP{127, 0, 0, 2}}, &net.UDPAddr{IP: net.IP{127, 0, 0, 1}, Port: int(DefaultPort)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := c.Write([]byte("short")); err != nil {
-			t.Fatal(err)
-		}
-	})
+	sendShort(t, ns)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()

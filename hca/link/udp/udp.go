@@ -175,17 +175,11 @@ func Open(cfg Config) (*Endpoint, error) {
 	if cfg.SendBuf == 0 {
 		cfg.SendBuf = DefaultSocketBuffer
 	}
-	switch os.Getenv(connectEnv) {
-	case "0":
-		cfg.NoConnect = true
-	case "1":
-		cfg.NoConnect = false
+	if on, ok := envSwitch(connectEnv); ok {
+		cfg.NoConnect = !on
 	}
-	switch os.Getenv(rxRingEnv) {
-	case "0":
-		cfg.RxRing = false
-	case "1":
-		cfg.RxRing = true
+	if on, ok := envSwitch(rxRingEnv); ok {
+		cfg.RxRing = on
 	}
 	e := &Endpoint{cfg: cfg, is6: cfg.Addr.Is6(), addrs: []netip.Addr{cfg.Addr}}
 	mtu, err := interfaceMTU(cfg.Addr)
@@ -213,6 +207,18 @@ func Open(cfg Config) (*Endpoint, error) {
 	e.tx.init(e, e.udpRC)
 	e.rx.init(e, e.rxRC, e.ring)
 	return e, nil
+}
+
+// envSwitch reads an A/B override from the environment: "1" is on, "0"
+// off; ok is false for anything else (unset included).
+func envSwitch(name string) (on, ok bool) {
+	switch os.Getenv(name) {
+	case "0":
+		return false, true
+	case "1":
+		return true, true
+	}
+	return false, false
 }
 
 // interfaceMTU returns the MTU of the interface that holds a.
