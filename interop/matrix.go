@@ -248,6 +248,16 @@ var Matrix = []Case{
 	pt("write_bw_64k_loss", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, lossy),
 	pt("send_bw_64k_loss", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML, lossy),
 	pt("read_bw_64k_loss", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, lossy),
+	pt("write_bw_q4", "ib_write_bw", "write_bw", "-q 4 -s 65536 -n 200 --report_gbits", writeFML,
+		note("4 QPs: one perftest exchange record per QP")),
+	pt("send_bw_q4", "ib_send_bw", "send_bw", "-q 4 -s 16384 -n 200 -t 32 -r 64", sendFML,
+		note("4 QPs, TX depth 32, RX depth 64")),
+	pt("send_bw_all", "ib_send_bw", "send_bw", "-a -n 8", sendFML,
+		note("-a: every size 2..2^23, a barrier between sizes")),
+	pt("read_lat_all", "ib_read_lat", "read_lat", "-a -n 5", readFML,
+		note("-a: every size 2..2^23")),
+	pt("write_bw_D2", "ib_write_bw", "write_bw", "-D 2 -s 65536", writeFML,
+		note("-D: duration mode, the peers end on their own clocks")),
 }
 
 // SmokeCases are the cases `make interop-smoke` runs.

@@ -68,10 +68,12 @@
 //	4      check_sys_data: cache line size, big-endian int (64); both keep the max
 //	2      check_mtu (peer >= 5.1; 4 bytes to peers < 5.31): "%d\0" of the ibv_mtu
 //	       enum ("3\0" = 1024); both use the smaller
-//	108    ctx_hand_shake: keys of QP 0                        (initial)
 //	108    ctx_hand_shake: keys of QP i, for each of the -q QPs
 //	       (ctx_connect: QPs to RTR/RTS with the peer's keys)
+//	108    ctx_hand_shake: keys of QP i, for each QP again     (printed)
 //	108    ctx_hand_shake: keys of QP 0                        (after RTR)
+//	       ib_send_bw and ib_send_lat do the last one before the second
+//	       round, the other tools after it
 //	...    per tool, below
 //
 // The keys message (KEY_PRINT_FMT_GID, always used on RoCE) is
@@ -89,7 +91,7 @@
 // OUT_READS is the outstanding RDMA READ/atomic depth (1 for send and write
 // tests, the device's max_qp_rd_atom - 128 on rxe - for read and atomic);
 // RKEY and VADDR are what RDMA WRITE/READ/ATOMIC packets then carry. Every
-// hand-shake after the per-QP ones carries QP 0's keys again.
+// hand-shake after the two per-QP rounds carries QP 0's keys again.
 //
 // Per tool, after the hand-shake that follows ctx_connect:
 //
@@ -126,11 +128,18 @@
 // (stack garbage in the captures); only the client's is meaningful.
 //
 // Hand-shakes in total with q QPs (Tool.HandShakes): send_bw, send_lat,
-// write_bw, read_bw, atomic_bw, read_lat: q+4; write_lat: q+3. With q = 1
+// write_bw, read_bw, atomic_bw, read_lat: 2q+3; write_lat: 2q+2. With q = 1
 // the captures show 5, 5, 5 (4 before the reports, 1 after), 5, 5, and 4
-// for write_lat. The captures all use one QP, so the position of the
-// per-QP loop relative to the initial hand-shake, and the placement of
-// write_lat's fourth hand-shake, come from the perftest sources of that
+// for write_lat. The golden captures all use one QP; the two per-QP
+// rounds and where QP 0's hand-shake falls come from bridge captures of
+// the real tools with -q 3, rxe against rxe (QPNs of the keys messages,
+// client and server alike: ib_send_bw 11 12 13 11 11 12 13 11 11; ib_write_bw,
+// ib_read_bw and ib_atomic_bw 14 15 16 14 15 16 14 14, reports, 14), and
+// the remote keys the tools print are the second round's. An earlier model,
+// one hand-shake with QP 0's keys and then one round, gave the same five
+// messages with one QP but connected QP i to the peer's QP i-1 with
+// several (interop/ cases write_bw_q4 and send_bw_q4). The placement of
+// write_lat's fourth hand-shake comes from the perftest sources of that
 // era. ib_read_lat has no golden capture; its sequence is the one the real
 // tool showed against goroce in interop/ (bridge captures of
 // read_lat.{goroce-to-rxe,rxe-to-goroce}): four hand-shakes, the client's

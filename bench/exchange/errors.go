@@ -28,6 +28,9 @@ var (
 	ErrConfig = errors.New("invalid local parameters")
 	// ErrShortRead: the peer closed the connection in the middle of a message.
 	ErrShortRead = errors.New("short read")
+	// ErrKeysChanged: the peer sent a QP's keys twice (before and after
+	// ctx_connect) and they differ: it is out of step with the sequence.
+	ErrKeysChanged = errors.New("a QP's keys changed between the two hand-shake rounds")
 )
 
 // maxQuoted bounds how many bytes of a bad field an error keeps, so an error

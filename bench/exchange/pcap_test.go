@@ -19,7 +19,13 @@ type tcpStreams = pcaptest.TCPStreams
 
 func loadStreams(t *testing.T, name string) tcpStreams {
 	t.Helper()
-	path := filepath.Join(capturesDir, name)
+	return loadStreamsFrom(t, capturesDir, name)
+}
+
+// loadStreamsFrom is loadStreams for a capture in dir.
+func loadStreamsFrom(t *testing.T, dir, name string) tcpStreams {
+	t.Helper()
+	path := filepath.Join(dir, name)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		t.Skipf("golden capture %s not present (needs the shared captures beside the repo)", path)

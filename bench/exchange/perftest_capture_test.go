@@ -16,8 +16,15 @@ import (
 // (perftest 4.5+0.17 "6.06", one QP, RoCE so 108-byte keys messages):
 // hand-shakes before the report exchange, whether 5 x 8-byte reports follow
 // (then one more hand-shake), and whether "done" ends the stream.
+//
+// The *_q3.pcap files in testdata are this project's own: the perftest
+// TCP exchange of `ib_*_bw -q 3 -n 20 -x 1 -F` between two rxe devices of
+// the interop VM (tcpdump on lo; interop/README.md), for the order of the
+// per-QP hand-shakes, which the one-QP captures cannot show.
 var perftestCaptures = []struct {
 	file         string
+	qps          int  // QPs (-q); 0 means 1
+	testdata     bool // in testdata/, not in the shared captures
 	tool         exchange.Tool
 	preReport    int // hand-shakes before reports (or in total when no reports)
 	reports      bool
@@ -54,6 +61,35 @@ var perftestCaptures = []struct {
 	{file: "write_lat.pcap", tool: exchange.WriteLat, preReport: 4,
 		client: exchange.PerftestDest{OutReads: 1, QPN: 0x36, PSN: 0x1ffce0, RKey: 0x26f7, VAddr: 0x000056299c341000, GID: gid4("10.77.0.3")},
 		server: exchange.PerftestDest{OutReads: 1, QPN: 0x38, PSN: 0x31f952, RKey: 0x27eb, VAddr: 0x000055eb6785b000, GID: gid4("10.77.0.2")}},
+	{file: "send_bw_q3.pcap", qps: 3, testdata: true, tool: exchange.SendBW, preReport: 9, done: true},
+	{file: "write_bw_q3.pcap", qps: 3, testdata: true, tool: exchange.WriteBW, preReport: 8, reports: true, done: true},
+	{file: "read_bw_q3.pcap", qps: 3, testdata: true, tool: exchange.ReadBW, preReport: 8, reports: true, done: true},
+	{file: "atomic_bw_q3.pcap", qps: 3, testdata: true, tool: exchange.AtomicBW, preReport: 8, reports: true, done: true},
+}
+
+// keyOrder returns, for each hand-shake of tool with q QPs, the index of
+// the QP whose keys it carries: a round over the QPs, QP 0's "after RTR"
+// hand-shake (before the second round for the send tools, after it for
+// the others), a second round, then QP 0's for the rest.
+func keyOrder(tool exchange.Tool, q, total int) []int {
+	var o []int
+	round := func() {
+		for i := range q {
+			o = append(o, i)
+		}
+	}
+	round()
+	if tool == exchange.SendBW || tool == exchange.SendLat {
+		o = append(o, 0)
+		round()
+	} else {
+		round()
+		o = append(o, 0)
+	}
+	for len(o) < total {
+		o = append(o, 0)
+	}
+	return o
 }
 
 // perftestSide is one direction of a captured perftest exchange, cut into
@@ -141,14 +177,19 @@ func TestPerftestCaptures(t *testing.T) {
 			if tc.reports {
 				total++
 			}
-			if got := tc.tool.HandShakes(1); got != total {
-				t.Errorf("%v.HandShakes(1) = %d, capture has %d", tc.tool, got, total)
+			q := max(tc.qps, 1)
+			if got := tc.tool.HandShakes(q); got != total {
+				t.Errorf("%v.HandShakes(%d) = %d, capture has %d", tc.tool, q, got, total)
 			}
 			if tc.tool.ExchangesReports() != tc.reports || tc.tool.SendsDone() != tc.done {
 				t.Errorf("%v: ExchangesReports/SendsDone = %v/%v, capture %v/%v", tc.tool,
 					tc.tool.ExchangesReports(), tc.tool.SendsDone(), tc.reports, tc.done)
 			}
-			s := loadStreams(t, tc.file)
+			dir := capturesDir
+			if tc.testdata {
+				dir = "testdata"
+			}
+			s := loadStreamsFrom(t, dir, tc.file)
 			cl := cutPerftest(t, s.Client, tc.preReport, tc.reports, tc.done)
 			sv := cutPerftest(t, s.Server, tc.preReport, tc.reports, tc.done)
 			for _, side := range []perftestSide{cl, sv} {
@@ -156,10 +197,14 @@ func TestPerftestCaptures(t *testing.T) {
 					side.sys != (exchange.SysData{CycleBuffer: 4096, CacheLineSize: 64}) {
 					t.Errorf("unexpected preamble %v %v %+v", side.version, side.mtu, side.sys)
 				}
+				order := keyOrder(tc.tool, q, total)
 				for i, k := range side.keys {
-					if k != side.keys[0] {
-						t.Errorf("hand-shake %d carries %+v, not dest[0] %+v", i, k, side.keys[0])
+					if k != side.keys[order[i]] {
+						t.Errorf("hand-shake %d carries %+v, not QP %d's %+v", i, k, order[i], side.keys[order[i]])
 					}
+				}
+				if q > 1 && side.keys[0] == side.keys[1] {
+					t.Errorf("the first round repeats QP 0: %+v", side.keys[:q])
 				}
 			}
 			if tc.client != (exchange.PerftestDest{}) {
@@ -189,11 +234,11 @@ func TestPerftestCaptures(t *testing.T) {
 							LocalMTU: me.mtu,
 							Sys:      me.sys,
 							Setup: func(p exchange.Params) ([]exchange.PerftestDest, error) {
-								return []exchange.PerftestDest{me.keys[0]}, nil
+								return me.keys[:q], nil
 							},
 							Connect: func(remote []exchange.PerftestDest) error {
-								if len(remote) != 1 || remote[0] != peer.keys[0] {
-									t.Errorf("Connect got %+v, want %+v", remote, peer.keys[0])
+								if !slices.Equal(remote, peer.keys[:q]) {
+									t.Errorf("Connect got %+v, want %+v", remote, peer.keys[:q])
 								}
 								return nil
 							},
@@ -214,8 +259,8 @@ func TestPerftestCaptures(t *testing.T) {
 					if res.RemoteVersion.String() != "6.06" || res.MTU != me.mtu || res.Sys != me.sys {
 						t.Errorf("params %+v", res.Params)
 					}
-					if len(res.Remote) != 1 || res.Remote[0] != peer.keys[0] {
-						t.Errorf("remote %+v, want %+v", res.Remote, peer.keys[0])
+					if !slices.Equal(res.Remote, peer.keys[:q]) {
+						t.Errorf("remote %+v, want %+v", res.Remote, peer.keys[:q])
 					}
 					if res.RemoteReport != peer.report {
 						t.Errorf("remote report %+v, want %+v", res.RemoteReport, peer.report)

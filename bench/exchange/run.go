@@ -47,7 +47,7 @@ func (t Tool) SendsDone() bool { return t != WriteLat }
 // HandShakes is the number of ctx_hand_shake exchanges the tool does with
 // qps QPs (perftest -q), the one inside ctx_close_connection included.
 func (t Tool) HandShakes(qps int) int {
-	n := 1 + qps + 1 // initial, one per QP, after ctx_connect
+	n := 2*qps + 1 // one per QP before and after ctx_connect, then QP 0's
 	switch t {
 	case SendBW, SendLat:
 		n += 2 // start barrier, close
@@ -105,8 +105,10 @@ type Result struct {
 // (see the package documentation for the message-by-message sequence):
 //
 //	exchange_versions, check_sys_data, check_mtu, Setup,
-//	hand-shake(dest[0]), hand-shake(dest[i]) for each QP, Connect,
-//	hand-shake(dest[0]), then per tool:
+//	hand-shake(dest[i]) for each QP, Connect, then
+//	  send_bw, send_lat:  hand-shake(dest[0]), hand-shake(dest[i]) for each QP
+//	  the others:         hand-shake(dest[i]) for each QP, hand-shake(dest[0])
+//	then per tool:
 //	  send_bw, send_lat:        Ready, hand-shake, Run, hand-shake, "done"
 //	  write_bw, read_bw, atomic: Ready, Run, hand-shake, reports, hand-shake, "done"
 //	  write_lat:                 Ready, hand-shake, Run (then the socket closes)
@@ -141,10 +143,10 @@ func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
 	res.Local = local
 	res.Remote = make([]PerftestDest, len(local))
 
-	// Initial hand-shake with the first QP, then one per QP.
-	if res.Remote[0], err = s.HandShake(local[0]); err != nil {
-		return res, err
-	}
+	// One hand-shake per QP, ctx_connect, one per QP again (the real tool
+	// prints the remote keys of that second round) and one with QP 0's
+	// keys, which ib_send_bw does between the two rounds and the RDMA
+	// tools after them (bridge captures of -q 3, rxe against rxe).
 	for i := range local {
 		if res.Remote[i], err = s.HandShake(local[i]); err != nil {
 			return res, err
@@ -153,9 +155,26 @@ func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
 	if err := st.Connect(res.Remote); err != nil {
 		return res, &StepError{Step: "ctx_connect", Err: err}
 	}
-	// "An additional handshake is required after moving qp to RTR."
-	if _, err = s.HandShake(local[0]); err != nil {
-		return res, err
+	sendTool := tool == SendBW || tool == SendLat
+	if sendTool {
+		if _, err = s.HandShake(local[0]); err != nil {
+			return res, err
+		}
+	}
+	for i := range local {
+		again, err := s.HandShake(local[i])
+		if err != nil {
+			return res, err
+		}
+		if again != res.Remote[i] {
+			return res, &StepError{Step: fmt.Sprintf("ctx_hand_shake #%d", s.handShakes), Err: fmt.Errorf("%w: QP %d: %+v, then %+v",
+				ErrKeysChanged, i, res.Remote[i], again)}
+		}
+	}
+	if !sendTool {
+		if _, err = s.HandShake(local[0]); err != nil {
+			return res, err
+		}
 	}
 	if st.Ready != nil {
 		if err := st.Ready(); err != nil {
