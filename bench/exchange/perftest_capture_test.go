@@ -19,7 +19,7 @@ import (
 //
 // The *_q3.pcap files in testdata are this project's own: the perftest
 // TCP exchange of `ib_*_bw -q 3 -n 20 -x 1 -F` between two rxe devices of
-// the interop VM (tcpdump on lo; interop/README.md), for the order of the
+// the interop VM (tcpdump on lo; testdata/README.md), for the order of the
 // per-QP hand-shakes, which the one-QP captures cannot show.
 var perftestCaptures = []struct {
 	file         string
