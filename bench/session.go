@@ -637,10 +637,25 @@ func peakRate(ss []sample, el time.Duration) float64 {
 // Both sides measure and report, as perftest's do; a sample is half the
 // round trip: from a side's post of i to the peer's next message (i for the
 // first poster, i+1 for the other).
+// resetLat empties s.lat with room for every sample of an -n run (up to
+// 4 Mi samples, 32 MiB; perftest allocates its timestamps likewise), so
+// that no append in a timed loop grows the slice: a copy, and GC work on
+// the P that polls.
+func (s *Session) resetLat() {
+	want := min(s.p.Iters, 1<<22)
+	if s.p.Duration > 0 {
+		want = 1 << 16
+	}
+	if cap(s.lat) < want {
+		s.lat = make([]time.Duration, 0, want)
+	}
+	s.lat = s.lat[:0]
+}
+
 func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.Context, *qpRes, int, time.Time) (bool, error)) (LatResult, error) {
 	r := s.qps[0]
 	p := &s.p
-	s.lat = s.lat[:0]
+	s.resetLat()
 	first := s.client
 	if p.Mode == ModeWriteLat {
 		first = !s.client
@@ -796,7 +811,7 @@ func (s *Session) waitWrite(ctx context.Context, r *qpRes, i int, deadline time.
 func (s *Session) latRead(ctx context.Context, size int) (LatResult, error) {
 	r := s.qps[0]
 	p := &s.p
-	s.lat = s.lat[:0]
+	s.resetLat()
 	start := time.Now()
 	for i := 1; p.Duration > 0 || i <= p.Iters; i++ {
 		if p.Duration > 0 && time.Since(start) >= p.Duration {
