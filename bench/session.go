@@ -625,18 +625,6 @@ func peakRate(ss []sample, el time.Duration) float64 {
 	return best
 }
 
-// latPingPong is run_iter_lat_send / run_iter_lat_write: one side posts
-// message 1, then each side waits for the peer's message i before posting
-// its own message i (the first poster waits after posting). Who posts first
-// differs: ib_send_lat's client (run_iter_lat_send), but ib_write_lat's
-// SERVER, since run_iter_lat_write skips the first poll only when
-// `scnt < 1 && machine == SERVER`; the golden write_lat.pcap shows the
-// server's WRITE (payload 00 01) first and the client's after it. Both
-// sides starting would leave each one WRITE ahead: the peer's counter byte
-// is overwritten with i+1 before the peer polls for i, and both spin.
-// Both sides measure and report, as perftest's do; a sample is half the
-// round trip: from a side's post of i to the peer's next message (i for the
-// first poster, i+1 for the other).
 // resetLat empties s.lat with room for every sample of an -n run (up to
 // 4 Mi samples, 32 MiB; perftest allocates its timestamps likewise), so
 // that no append in a timed loop grows the slice: a copy, and GC work on
@@ -652,6 +640,18 @@ func (s *Session) resetLat() {
 	s.lat = s.lat[:0]
 }
 
+// latPingPong is run_iter_lat_send / run_iter_lat_write: one side posts
+// message 1, then each side waits for the peer's message i before posting
+// its own message i (the first poster waits after posting). Who posts first
+// differs: ib_send_lat's client (run_iter_lat_send), but ib_write_lat's
+// SERVER, since run_iter_lat_write skips the first poll only when
+// `scnt < 1 && machine == SERVER`; the golden write_lat.pcap shows the
+// server's WRITE (payload 00 01) first and the client's after it. Both
+// sides starting would leave each one WRITE ahead: the peer's counter byte
+// is overwritten with i+1 before the peer polls for i, and both spin.
+// Both sides measure and report, as perftest's do; a sample is half the
+// round trip: from a side's post of i to the peer's next message (i for the
+// first poster, i+1 for the other).
 func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.Context, *qpRes, int, time.Time) (bool, error)) (LatResult, error) {
 	r := s.qps[0]
 	p := &s.p
