@@ -181,41 +181,17 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 }
 
 // runAllSend is ib_send_bw / ib_send_lat with -a, which bench/exchange.Run
-// does not cover: after the connection hand-shakes, per size the receives
-// are posted, a hand-shake starts the size, the traffic runs, and (send_bw
-// only) another hand-shake ends it; ctx_close_connection follows the last.
-// Mirrors send_bw.c and send_lat.c (RUN_ALL).
+// does not cover: after the connection hand-shakes (exchange's Establish),
+// per size the receives are posted, a hand-shake starts the size, the
+// traffic runs, and (send_bw only) another hand-shake ends it;
+// ctx_close_connection follows the last. Mirrors send_bw.c and send_lat.c
+// (RUN_ALL).
 func runAllSend(sess *exchange.PerftestSession, st exchange.Steps, sizes []int, mode Mode, ready func(int) error, runSize func(int) (Result, error)) error {
-	if _, err := sess.ExchangeVersions(); err != nil {
-		return err
-	}
-	sys, err := sess.CheckSysData(st.Sys)
+	res, err := sess.Establish(mode.Tool(), st)
 	if err != nil {
 		return err
 	}
-	mtu, err := sess.CheckMTU(st.LocalMTU)
-	if err != nil {
-		return err
-	}
-	local, err := st.Setup(exchange.Params{RemoteVersion: sess.RemoteVersion(), MTU: mtu, Sys: sys})
-	if err != nil {
-		return &exchange.StepError{Step: "setup", Err: err}
-	}
-	remote := make([]exchange.PerftestDest, len(local))
-	if remote[0], err = sess.HandShake(local[0]); err != nil {
-		return err
-	}
-	for i := range local {
-		if remote[i], err = sess.HandShake(local[i]); err != nil {
-			return err
-		}
-	}
-	if err := st.Connect(remote); err != nil {
-		return &exchange.StepError{Step: "ctx_connect", Err: err}
-	}
-	if _, err := sess.HandShake(local[0]); err != nil {
-		return err
-	}
+	local := res.Local
 	for _, size := range sizes {
 		if err := ready(size); err != nil {
 			return err

@@ -147,9 +147,10 @@
 // server straight to ctx_close_connection; an ib_read_lat server whose
 // client closes after four hand-shakes fails with "ethernet_read_keys:
 // Couldn't read remote address"). The latency tools take one QP only.
-// ib_send_bw/ib_send_lat with -a (RUN_ALL) or
-// --duplex, and -R (RDMA-CM, whose setup travels in CM MADs) are not
-// modelled.
+// ib_send_bw/ib_send_lat with -a (RUN_ALL: a start barrier per size, and
+// for send_bw one more after it) are driven by package bench on top of
+// PerftestSession.Establish; --duplex and -R (RDMA-CM, whose setup travels
+// in CM MADs) are not modelled.
 //
 // Versions: we advertise DefaultVersion ("6.06"). perftest >= 6.28 only
 // runs its binary negotiate_params step when the peer's version is >= 6.28

@@ -101,21 +101,19 @@ type Result struct {
 	RemoteReport BWReport
 }
 
-// Run performs tool's whole exchange, as perftest 4.5+0.17 ("6.06") does it
-// (see the package documentation for the message-by-message sequence):
+// Establish runs the part of tool's exchange that every run shares, up to
+// and including the hand-shake that follows ctx_connect:
 //
 //	exchange_versions, check_sys_data, check_mtu, Setup,
 //	hand-shake(dest[i]) for each QP, Connect, then
 //	  send_bw, send_lat:  hand-shake(dest[0]), hand-shake(dest[i]) for each QP
 //	  the others:         hand-shake(dest[i]) for each QP, hand-shake(dest[0])
-//	then per tool:
-//	  send_bw, send_lat:        Ready, hand-shake, Run, hand-shake, "done"
-//	  write_bw, read_bw, atomic: Ready, Run, hand-shake, reports, hand-shake, "done"
-//	  write_lat:                 Ready, hand-shake, Run (then the socket closes)
-//	  read_lat:                  Ready, hand-shake, Run, hand-shake, "done"
 //
-// It does not close the connection.
-func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
+// The real tool prints the remote keys of the second round; a peer whose
+// second round differs from its first gets ErrKeysChanged. Run continues
+// from here; so does a caller driving a sequence Run does not model
+// (ib_send_bw -a).
+func (s *PerftestSession) Establish(tool Tool, st Steps) (Result, error) {
 	var res Result
 	if !tool.Valid() {
 		return res, fmt.Errorf("exchange: %w: tool %v", ErrConfig, tool)
@@ -142,11 +140,8 @@ func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
 	}
 	res.Local = local
 	res.Remote = make([]PerftestDest, len(local))
-
-	// One hand-shake per QP, ctx_connect, one per QP again (the real tool
-	// prints the remote keys of that second round) and one with QP 0's
-	// keys, which ib_send_bw does between the two rounds and the RDMA
-	// tools after them (bridge captures of -q 3, rxe against rxe).
+	// The placement of QP 0's hand-shake is from bridge captures of -q 3,
+	// rxe against rxe (testdata/README.md).
 	for i := range local {
 		if res.Remote[i], err = s.HandShake(local[i]); err != nil {
 			return res, err
@@ -176,6 +171,25 @@ func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
 			return res, err
 		}
 	}
+	return res, nil
+}
+
+// Run performs tool's whole exchange, as perftest 4.5+0.17 ("6.06") does it
+// (see the package documentation for the message-by-message sequence):
+// Establish, then per tool:
+//
+//	send_bw, send_lat:        Ready, hand-shake, Run, hand-shake, "done"
+//	write_bw, read_bw, atomic: Ready, Run, hand-shake, reports, hand-shake, "done"
+//	write_lat:                 Ready, hand-shake, Run (then the socket closes)
+//	read_lat:                  Ready, hand-shake, Run, hand-shake, "done"
+//
+// It does not close the connection.
+func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
+	res, err := s.Establish(tool, st)
+	if err != nil {
+		return res, err
+	}
+	local := res.Local
 	if st.Ready != nil {
 		if err := st.Ready(); err != nil {
 			return res, &StepError{Step: "ready", Err: err}
