@@ -34,7 +34,8 @@
 # UDP ping-pong between the two namespaces, and two shaped as goroce's udp link's traffic: raw
 # socket receive, and the packet socket RX ring of --rx-ring, which -G --rx-ring selects).
 # The table ends with what the guest charges per operation of a 64 KiB message (interop/tcgcost:
-# Go copy, goroce's ICRC, hash/crc32, the kernel's copy in and out of a socket).
+# Go copy, goroce's ICRC, hash/crc32, the kernel's copy in and out of a socket) and per single
+# operation of the per-packet path (a call, an atomic, a mutex, a clock read, Finish, Decode).
 # Outputs: .cache/bvr/{table.txt,results.tsv,runs.log}; every exact command is in runs.log.
 set -uo pipefail
 
@@ -213,7 +214,7 @@ vmx "$G teardown" >/dev/null 2>&1
         printf "%-5s | %-8s | %-7s | %-17s | %10s | %10s | %10s | %s %s\n", (f[1] == 1500 ? 1024 : 4096), f[2], f[3] " B", f[4] (f[2] ~ /_bw$/ ? " MB/s" : " usec"), r == "" ? "-" : sprintf("%.2f", r), g == "" ? "-" : sprintf("%.2f", g), ratio, tgt, st
       }
     }' "$TSV"
-  echo "guest cost per 64 KiB (interop/tcgcost, best of 7):"
+  echo "guest costs (interop/tcgcost, best of 7), per 64 KiB message, then per operation:"
   printf '%s\n' "$COSTS" | sed 's/^/  /'
   if [ -n "$FLOOR" ]; then
     echo "send_lat floor on goroce's path: UDP ping-pong bvra <-> bvrb, 20-byte datagrams, busy-polled (interop/udplat), half round trip:"

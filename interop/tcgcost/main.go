@@ -9,6 +9,11 @@
 //
 //	/mnt/host/tcgcost
 //
+// A second list gives what single operations of goroce's per-packet path
+// cost, in ns: a function call, an interface call, an atomic add, a mutex,
+// a clock read, and wire.Finish / wire.Decode of a 2-byte SEND. Under TCG
+// these, not the bytes, decide send_lat (docs/performance.md, session 10).
+//
 // Each figure is the best of 7 rounds of 200 ms, the rounds interleaved so
 // that a noisy moment hits every operation alike.
 package main
@@ -18,6 +23,8 @@ import (
 	"hash/crc32"
 	"net/netip"
 	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,8 +37,22 @@ const msg = 64 << 10
 type op struct {
 	name string
 	f    func() error
-	best float64 // µs per 64 KiB
+	per  int     // operations per call of f (0: f is one 64 KiB message)
+	best float64 // µs per call of f
 }
+
+//go:noinline
+func leaf(x int) int { return x + 1 }
+
+type adder interface{ add(int) int }
+
+type one struct{}
+
+//go:noinline
+func (one) add(x int) int { return x + 1 }
+
+// ifc is a package variable so that the compiler cannot devirtualize.
+var ifc adder = one{}
 
 func main() {
 	if err := run(); err != nil {
@@ -93,6 +114,76 @@ func run() error {
 			return err
 		}},
 	}
+	// Per-operation costs: each f runs batch operations.
+	const batch = 1000
+	var (
+		x    int
+		cnt  atomic.Uint64
+		mu   sync.Mutex
+		when time.Time
+		pkt  wire.Packet
+	)
+	small := make([]byte, hr+bth.HeaderLen+2+2+wire.ICRCLen) // 2-byte SEND ONLY, 2 pad bytes
+	sb := bth.Header(small[hr : hr+bth.HeaderLen])
+	sb.SetOpcode(bth.OpRCSendOnly)
+	sb.SetPadCnt(2)
+	sframe, err := wire.Finish(small, hr, bth.HeaderLen+4, wire.FramingIP, &a)
+	if err != nil {
+		return err
+	}
+	if err := pkt.Decode(sframe, wire.FramingIP); err != nil {
+		return fmt.Errorf("decode of the 2-byte SEND: %w", err)
+	}
+	ops = append(ops,
+		&op{name: "function call + return", per: batch, f: func() error {
+			for range batch {
+				x = leaf(x)
+			}
+			return nil
+		}},
+		&op{name: "interface method call", per: batch, f: func() error {
+			for range batch {
+				x = ifc.add(x)
+			}
+			return nil
+		}},
+		&op{name: "atomic add", per: batch, f: func() error {
+			for range batch {
+				cnt.Add(1)
+			}
+			return nil
+		}},
+		&op{name: "mutex lock + unlock", per: batch, f: func() error {
+			for range batch {
+				mu.Lock()
+				mu.Unlock()
+			}
+			return nil
+		}},
+		&op{name: "clock read (time.Now)", per: batch, f: func() error {
+			for range batch {
+				when = time.Now()
+			}
+			return nil
+		}},
+		&op{name: "wire.Finish, 2-byte SEND", per: batch, f: func() error {
+			for range batch {
+				if _, err := wire.Finish(small, hr, bth.HeaderLen+4, wire.FramingIP, &a); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		&op{name: "wire.Decode + ICRC, 2-byte SEND", per: batch, f: func() error {
+			for range batch {
+				if err := pkt.Decode(sframe, wire.FramingIP); err != nil {
+					return err
+				}
+				sink += wire.ICRC(sframe, &pkt)
+			}
+			return nil
+		}},
+	)
 	for _, o := range ops {
 		o.best = 1e18
 	}
@@ -111,8 +202,12 @@ func run() error {
 		}
 	}
 	for _, o := range ops {
-		fmt.Printf("%-32s %9.1f us per 64 KiB\n", o.name, o.best)
+		if o.per == 0 {
+			fmt.Printf("%-32s %9.1f us per 64 KiB\n", o.name, o.best)
+		} else {
+			fmt.Printf("%-32s %9.1f ns each\n", o.name, o.best*1e3/float64(o.per))
+		}
 	}
-	_ = sink
+	_, _ = sink, when
 	return nil
 }
