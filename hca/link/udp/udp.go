@@ -268,6 +268,11 @@ func (e *Endpoint) openSockets() error {
 			{unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1},
 			{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1},
 			{unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1},
+			// rxe sends RoCEv2 over IPv6 with UDP checksum 0 (the ICRC
+			// covers the payload); without this the kernel drops every
+			// such datagram before the socket (RFC 6935/6936 zero
+			// checksums are opt-in per socket).
+			{unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1},
 		} {
 			if err := unix.SetsockoptInt(fd, o[0], o[1], o[2]); err != nil {
 				return fmt.Errorf("udp: setsockopt %d/%d: %w", o[0], o[1], err)
