@@ -67,4 +67,3 @@ func TestIPv6ZeroUDPChecksum(t *testing.T) {
 	}
 	t.Fatalf("a zero-checksum IPv6 datagram never arrived; %+v", b.Stats())
 }
-
