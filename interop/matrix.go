@@ -24,7 +24,14 @@ const (
 	VethSrvIP = "10.99.0.2" // rxev2 inside the VM (rxe-veth-pair), server of rxe↔rxe runs
 	VethCliIP = "10.99.0.1" // rxev1, client of rxe↔rxe runs; captured on vp1
 	GIDIndex  = 1           // IPv4-mapped RoCEv2 GID with IPv6 disabled
-	OOBPort   = 18515       // TCP port of ibv_*_pingpong and perftest
+	// The IPv6 cases enable IPv6 on the VM's eth0 and the bridge for their run only and give
+	// them these ULA addresses; rxe0 then lists GuestIP6 at GIDIndex6 (0 is the MAC-derived
+	// link-local GID, 1 the IPv4 one; the harness checks the table before each run). The
+	// tools' TCP exchange stays on IPv4.
+	HostIP6   = "fd66::1"
+	GuestIP6  = "fd66::2"
+	GIDIndex6 = 2
+	OOBPort   = 18515 // TCP port of ibv_*_pingpong and perftest
 	// ToolTimeout bounds every tool run in the guest (timeout(1)): a forgotten server
 	// busy-polls a vCPU and keeps rdma link del in D state until it exits.
 	ToolTimeout = 120
@@ -87,6 +94,7 @@ type Case struct {
 	Link       string // goroce --link: udp (default), afpacket, tap, tun
 	MTU        int    // rxe active MTU: 1024 (link 1500) or 4096 (link 9000)
 	Loss       bool   // 1% random loss of UDP 4791 (nft in NetNS; netem on the veth for rxe↔rxe)
+	IPv6       bool   // RoCEv2 over IPv6: GIDs GuestIP6 / HostIP6 (udp and afpacket links)
 	// Opcodes that the capture of the run must contain (goroce pcap verify names).
 	Opcodes []string
 	Note    string
@@ -100,8 +108,8 @@ func (c Case) link() string {
 }
 
 // Applies reports whether the case runs in direction d. The rxe↔rxe baseline is only run
-// for the UDP link (the other links change goroce's side only).
-func (c Case) Applies(d Direction) bool { return d != RxeToRxe || c.link() == "udp" }
+// for the UDP link over IPv4 (the other links and IPv6 change goroce's side only).
+func (c Case) Applies(d Direction) bool { return d != RxeToRxe || c.link() == "udp" && !c.IPv6 }
 
 // LinkMTU is the Ethernet MTU that gives rxe the case's active MTU (rxe keeps 80 bytes of
 // headroom: 1500 -> 1024, 9000 -> 4096).
@@ -116,20 +124,24 @@ func (c Case) LinkMTU() int {
 // where each runs ("guest" or "host"; host commands run inside NetNS). pcap is the file
 // goroce writes its own capture to (host side only).
 func (c Case) Commands(d Direction, pcap string) (server, client Endpoint) {
+	gid, hostIP := GIDIndex, HostIP
+	if c.IPv6 {
+		gid, hostIP = GIDIndex6, HostIP6
+	}
 	toolFlags := func(dev string) string {
 		if c.Perftest {
-			return fmt.Sprintf("%s -d %s -x %d -F", c.Tool, dev, GIDIndex)
+			return fmt.Sprintf("%s -d %s -x %d -F", c.Tool, dev, gid)
 		}
-		return fmt.Sprintf("%s -d %s -g %d", c.Tool, dev, GIDIndex)
+		return fmt.Sprintf("%s -d %s -g %d", c.Tool, dev, gid)
 	}
 	timeout := fmt.Sprintf("timeout %d ", ToolTimeout)
 	goroce := func(peer string) string {
 		s := "goroce " + c.Goroce + " --link " + c.link()
 		switch c.link() {
 		case "udp":
-			s += " --addr " + HostIP
+			s += " --addr " + hostIP
 		case "afpacket":
-			s += " --dev " + Bridge + " --addr " + HostIP
+			s += " --dev " + Bridge + " --addr " + hostIP
 		case "tap":
 			s += " --dev " + TapDev + " --addr " + TapIP
 		case "tun":
@@ -188,6 +200,7 @@ func pt(name, tool, mode, flags string, opcodes []string, mods ...func(*Case)) C
 func withLink(l string) func(*Case) { return func(c *Case) { c.Link = l } }
 func mtu4096(c *Case)               { c.MTU = 4096 }
 func lossy(c *Case)                 { c.Loss = true }
+func ipv6(c *Case)                  { c.IPv6 = true }
 func note(n string) func(*Case)     { return func(c *Case) { c.Note = n } }
 
 // Matrix is the whole interop matrix of the issue. Pingpong cases: goroce pingpong takes the
@@ -226,6 +239,12 @@ var Matrix = []Case{
 	pp("rc_pingpong_loss", "ibv_rc_pingpong -n 500 -s 4096", "pingpong --qp rc -n 500 -s 4096",
 		sendFML, lossy, note("1% loss: NAK / retransmission")),
 
+	pp("rc_pingpong_ipv6", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
+		sendFML, ipv6, note("RoCEv2 over IPv6; rxe sends UDP checksum 0")),
+	pp("ud_pingpong_ipv6", "ibv_ud_pingpong -n 100 -s 512", "pingpong --qp ud -n 100 -s 512",
+		[]string{"UD_SEND_ONLY"}, ipv6),
+	pp("rc_pingpong_ipv6_afpacket", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
+		sendFML, ipv6, withLink("afpacket")),
 	pt("send_bw_1B", "ib_send_bw", "send_bw", "-s 1 -n 1000", []string{"RC_SEND_ONLY"}),
 	pt("send_bw_64k", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML),
 	pt("send_bw_1M", "ib_send_bw", "send_bw", "-s 1048576 -n 50", sendFML),
@@ -248,6 +267,7 @@ var Matrix = []Case{
 	pt("write_bw_64k_loss", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, lossy),
 	pt("send_bw_64k_loss", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML, lossy),
 	pt("read_bw_64k_loss", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, lossy),
+	pt("write_bw_64k_ipv6", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, ipv6),
 	pt("atomic_bw_fadd_loss", "ib_atomic_bw", "atomic_bw", "-A FETCH_AND_ADD -n 2000",
 		[]string{"RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"}, lossy,
 		note("a repeated atomic is answered from the responder's replay, not executed twice")),
