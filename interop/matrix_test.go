@@ -148,6 +148,22 @@ func TestCommands(t *testing.T) {
 	if tap.Applies(RxeToRxe) {
 		t.Error("a non-UDP link case must not repeat the rxe↔rxe baseline")
 	}
+	// IPv6: the tools use the IPv6 GID index and goroce the IPv6 address; the TCP
+	// exchange stays on the IPv4 addresses.
+	v6 := Case{Name: "x", Tool: "ib_write_bw -s 65536", Goroce: "bench write_bw -s 65536", Perftest: true, IPv6: true}
+	srv, cli = v6.Commands(GoroceToRxe, "")
+	if srv.Cmd != "timeout 120 ib_write_bw -s 65536 -d rxe0 -x 2 -F" || cli.Cmd != "goroce bench write_bw -s 65536 --link udp --addr fd66::1 10.66.0.2" {
+		t.Errorf("IPv6: %q / %q", srv.Cmd, cli.Cmd)
+	}
+	v6.Link = "afpacket"
+	srv, _ = v6.Commands(RxeToGoroce, "")
+	if srv.Cmd != "goroce bench write_bw -s 65536 --link afpacket --dev gribr0 --addr fd66::1" {
+		t.Errorf("IPv6 afpacket: %q", srv.Cmd)
+	}
+	v6.Link = ""
+	if v6.Applies(RxeToRxe) {
+		t.Error("an IPv6 case has no rxe↔rxe baseline (the veth pair is IPv4 only)")
+	}
 }
 
 func TestSubcommands(t *testing.T) {
