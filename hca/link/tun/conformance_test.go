@@ -46,6 +46,6 @@ func TestConformanceTAP(t *testing.T) {
 	ns := newNS(t)
 	newBridge(t, ns, "br71")
 	linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
-		return openTAPs(t, ns)
+		return openTAPs(t, ns, pfx("10.71.3.2/24"), pfx("10.71.3.3/24"))
 	})
 }

@@ -128,42 +128,61 @@ func TestHCATUNToUDP(t *testing.T) {
 
 // TestHCAOverTAP runs two goroce HCAs on two TAPs enslaved to one Linux
 // bridge in a fresh namespace, with RoCEv1 (Ethernet + GRH, bridged, not
-// routable) and with RoCEv2 over IPv4. goroce answers no ARP, so the
-// next-hop MACs come from a static resolver.
+// routable) and with RoCEv2 over IPv4 and over IPv6. goroce answers no ARP
+// or neighbour solicitation, so the next-hop MACs come from a static
+// resolver.
 func TestHCAOverTAP(t *testing.T) {
-	for _, v1 := range []bool{true, false} {
-		t.Run(fmt.Sprintf("RoCEv1=%v", v1), func(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		v1     bool
+		a, b   string
+		etherT uint16 // the ethertype every RoCE frame must carry
+	}{
+		{"RoCEv1", true, "10.71.3.2/24", "10.71.3.3/24", wire.EtherTypeRoCEv1},
+		{"RoCEv2-IPv4", false, "10.71.3.2/24", "10.71.3.3/24", wire.EtherTypeIPv4},
+		{"RoCEv2-IPv6", false, "fd71::2/64", "fd71::3/64", wire.EtherTypeIPv6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			ns := newNS(t)
 			newBridge(t, ns, "br71")
-			ea, eb := openTAPs(t, ns)
+			ea, eb := openTAPs(t, ns, pfx(c.a), pfx(c.b))
 			res := staticResolver{
 				ea.Addrs()[0]: ea.HardwareAddr(),
 				eb.Addrs()[0]: eb.HardwareAddr(),
 			}
-			ca, cb := &etherCount{Endpoint: ea}, &etherCount{Endpoint: eb}
-			da := openHCA(t, ca, hca.Options{Name: "tapA", RoCEv1: v1, Resolver: res})
-			db := openHCA(t, cb, hca.Options{Name: "tapB", RoCEv1: v1, Resolver: res})
+			ca, cb := &etherCount{Endpoint: ea, want: c.etherT}, &etherCount{Endpoint: eb, want: c.etherT}
+			da := openHCA(t, ca, hca.Options{Name: "tapA", RoCEv1: c.v1, Resolver: res})
+			db := openHCA(t, cb, hca.Options{Name: "tapB", RoCEv1: c.v1, Resolver: res})
+			// Over IPv6 the pair uses GID index 0, the link-local GID made
+			// from the MAC, as rxe users do with -g 0.
+			for _, g := range da.GIDs() {
+				res[g.GID.Addr()] = ea.HardwareAddr()
+			}
+			for _, g := range db.GIDs() {
+				res[g.GID.Addr()] = eb.HardwareAddr()
+			}
 			runChecks(t, da, db, bth.MTU1024)
 			runChecks(t, db, da, bth.MTU4096)
-			for _, c := range []*etherCount{ca, cb} {
-				want, other := &c.v2, &c.v1
-				if v1 {
-					want, other = other, want
+			for _, e := range []*etherCount{ca, cb} {
+				if e.match.Load() == 0 || e.rest.Load() != 0 {
+					t.Errorf("frames written: %d with ethertype %#04x, %d others", e.match.Load(), c.etherT, e.rest.Load())
 				}
-				if want.Load() == 0 || other.Load() != 0 || c.rest.Load() != 0 {
-					t.Errorf("frames written: %d RoCEv1, %d IPv4, %d other", c.v1.Load(), c.v2.Load(), c.rest.Load())
+			}
+			for _, e := range []*Endpoint{ea, eb} {
+				if st := e.Stats(); st.RxTooLarge != 0 || st.TxRejected != 0 || st.TxErrors != 0 || st.RxErrors != 0 {
+					t.Errorf("%s: %+v", e.Name(), st)
 				}
 			}
 		})
 	}
 }
 
-// openTAPs opens two TAPs in ns and enslaves them to the bridge br71
-// (newBridge).
-func openTAPs(t testing.TB, ns *netcfg.NetNS) (a, b *Endpoint) {
+// openTAPs opens two TAPs in ns with goroce's addresses pa and pb and
+// enslaves them to the bridge br71 (newBridge).
+func openTAPs(t testing.TB, ns *netcfg.NetNS, pa, pb netip.Prefix) (a, b *Endpoint) {
 	t.Helper()
-	a = openIn(t, ns, Config{Mode: TAP, Addr: pfx("10.71.3.2/24")})
-	b = openIn(t, ns, Config{Mode: TAP, Addr: pfx("10.71.3.3/24")})
+	a = openIn(t, ns, Config{Mode: TAP, Addr: pa})
+	b = openIn(t, ns, Config{Mode: TAP, Addr: pb})
 	enslave(t, ns, "br71", a.Name())
 	enslave(t, ns, "br71", b.Name())
 	return a, b
@@ -187,21 +206,19 @@ func (r raceUDP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return n, err
 }
 
-// etherCount counts the frames written through it by ethertype, to show
-// which RoCE version went over the wire.
+// etherCount counts the frames written through it with ethertype want and
+// with any other, to show which encapsulation went over the wire.
 type etherCount struct {
 	link.Endpoint
-	v1, v2, rest atomic.Int64
+	want        uint16
+	match, rest atomic.Int64
 }
 
 func (c *etherCount) Write(bufs [][]byte, offset int) (int, error) {
 	for _, b := range bufs {
-		switch wire.Ethernet(b[offset:]).EtherType() {
-		case wire.EtherTypeRoCEv1:
-			c.v1.Add(1)
-		case wire.EtherTypeIPv4:
-			c.v2.Add(1)
-		default:
+		if wire.Ethernet(b[offset:]).EtherType() == c.want {
+			c.match.Add(1)
+		} else {
 			c.rest.Add(1)
 		}
 	}
