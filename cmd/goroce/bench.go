@@ -68,7 +68,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&o.timeout, "u", bench.DefaultTimeout, "local ACK timeout code (4.096 us * 2^`N`)")
 	fs.StringVar(&o.devName, "d", "", "HCA `NAME` (default goroce0)")
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process on 127.0.0.1 (server) and 127.0.0.2 (client) over the udp link")
-	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since a spinner takes a core from the HCA's goroutines; never with --loopback; a spinning latency run uses one P, GOMAXPROCS=1, unless GOMAXPROCS is set)")
+	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since a spinner takes a core from the HCA's goroutines; never with --loopback; a spinning latency run and a one-QP bandwidth run use one P, GOMAXPROCS=1, as perftest uses one thread, unless GOMAXPROCS is set or with --loopback)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.csv, "csv", false, "print the results as CSV")
 	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
@@ -190,7 +190,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	// sides live in this process, and two spinners would take the cores
 	// from each other's device goroutines.
 	ls.busyPoll = o.busyPoll.or(!o.p.Mode.IsBW()) && !o.loopback
-	if ownProcess && oneP(ls.busyPoll, o.p.Mode, os.Getenv("GOMAXPROCS")) {
+	if ownProcess && !o.loopback && oneP(ls.busyPoll, o.p.Mode, o.p.QPs, os.Getenv("GOMAXPROCS")) {
 		runtime.GOMAXPROCS(1)
 	}
 
@@ -221,19 +221,37 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 // process (tests) leave them alone.
 var ownProcess bool
 
-// oneP reports whether a bench run uses one P (GOMAXPROCS 1): a busy-polled
-// latency run, unless the environment sets GOMAXPROCS. Such a run is a
-// single-threaded ping-pong, as perftest's is. With one P the device's
-// goroutines (a reader standing aside, timers) run when the poller yields,
-// on its thread; with an idle second P the runtime wakes threads for them,
-// which take a CPU from the spinner or from its peer. 6.1 TCG guest,
-// send_lat -s 2 -n 5000, 4 alternating pairs: t_avg 143 / 116 / 145 / 151
-// -> 97 / 94 / 124 / 92 µs, p99.9 5.1-6.8 -> 2.1-3.6 ms; host, two
-// processes, -n 20000: p99 27-29 -> 17-21 µs, t_typical unchanged
-// (docs/performance.md, session 8). Bandwidth modes keep every P: the
-// device's goroutines have packets to move there.
-func oneP(busyPoll bool, mode bench.Mode, gomaxprocsEnv string) bool {
-	return busyPoll && !mode.IsBW() && gomaxprocsEnv == ""
+// oneP reports whether a bench run of qps QPs uses one P (GOMAXPROCS 1),
+// unless the environment sets GOMAXPROCS: a busy-polled latency run, and a
+// bandwidth run of one QP. Either is then single-threaded, as perftest is.
+//
+// Latency: with one P the device's goroutines (a reader standing aside,
+// timers) run when the poller yields, on its thread; with an idle second P
+// the runtime wakes threads for them, which take a CPU from the spinner or
+// from its peer. 6.1 TCG guest, send_lat -s 2 -n 5000, 4 alternating
+// pairs: t_avg 143 / 116 / 145 / 151 -> 97 / 94 / 124 / 92 µs, p99.9
+// 5.1-6.8 -> 2.1-3.6 ms; host, two processes, -n 20000: p99 27-29 -> 17-21
+// µs, t_typical unchanged (docs/performance.md, session 8).
+//
+// Bandwidth, one QP: its packets go through one shard, whose work is serial
+// under the shard lock, so a second P adds no parallelism, only hand-offs
+// between threads (the reader waking the worker or the poller) and idle Ps
+// spinning for work on the CPUs the peer needs. Two processes on this
+// 2-core host, 64 KiB at IB MTU 1024, 3 alternating rounds: write_bw
+// 990 / 963 / 951 -> 1049 / 1054 / 1284 MB/s, send_bw 726 / 812 / 901 ->
+// 1217 / 1386 / 1468, read_bw 803 / 1071 / 1069 -> 1202 / 1249 / 1155;
+// 6.1 TCG guest: 8 of 9 pairs faster (docs/performance.md, session 11).
+// Several QPs keep every P (-q 16, same host: 1403 / 1268 MB/s with two Ps,
+// 981 / 1322 with one), and so does --loopback, whose one process runs
+// both sides.
+func oneP(busyPoll bool, mode bench.Mode, qps int, gomaxprocsEnv string) bool {
+	if gomaxprocsEnv != "" {
+		return false
+	}
+	if mode.IsBW() {
+		return qps <= 1
+	}
+	return busyPoll
 }
 
 // benchOutput prints in the chosen format: perftest's text as the run goes,

@@ -208,25 +208,31 @@ func TestBenchBusyPollFlag(t *testing.T) {
 	}
 }
 
-// oneP: only busy-polled latency runs go to one P, and a GOMAXPROCS in the
-// environment wins.
+// oneP: busy-polled latency runs and one-QP bandwidth runs go to one P,
+// and a GOMAXPROCS in the environment wins.
 func TestBenchOneP(t *testing.T) {
 	for _, c := range []struct {
 		busy bool
 		mode bench.Mode
+		qps  int
 		env  string
 		want bool
 	}{
-		{true, bench.ModeSendLat, "", true},
-		{true, bench.ModeWriteLat, "", true},
-		{true, bench.ModeReadLat, "", true},
-		{true, bench.ModeSendLat, "2", false},
-		{false, bench.ModeSendLat, "", false},
-		{true, bench.ModeWriteBW, "", false},
-		{false, bench.ModeSendBW, "", false},
+		{true, bench.ModeSendLat, 1, "", true},
+		{true, bench.ModeWriteLat, 1, "", true},
+		{true, bench.ModeReadLat, 1, "", true},
+		{true, bench.ModeSendLat, 1, "2", false},
+		{false, bench.ModeSendLat, 1, "", false},
+		{true, bench.ModeWriteBW, 1, "", true},
+		{false, bench.ModeSendBW, 1, "", true},
+		{false, bench.ModeReadBW, 1, "", true},
+		{false, bench.ModeAtomicBW, 1, "", true},
+		{false, bench.ModeWriteBW, 1, "4", false},
+		{false, bench.ModeWriteBW, 2, "", false},
+		{true, bench.ModeSendBW, 16, "", false},
 	} {
-		if got := oneP(c.busy, c.mode, c.env); got != c.want {
-			t.Errorf("oneP(%v, %v, %q) = %v, want %v", c.busy, c.mode, c.env, got, c.want)
+		if got := oneP(c.busy, c.mode, c.qps, c.env); got != c.want {
+			t.Errorf("oneP(%v, %v, %d, %q) = %v, want %v", c.busy, c.mode, c.qps, c.env, got, c.want)
 		}
 	}
 }
