@@ -92,15 +92,28 @@ func crcUpdate(crc uint32, p []byte) uint32 {
 }
 
 // slice8Update is crc32.Update(crc, crc32.IEEETable, p) with the
-// slicing-by-8 tables.
+// slicing-by-8 tables. Each 8 bytes are one 64-bit load, and the loop takes
+// 16 bytes per turn: under TCG, where the tables run, every guest load and
+// loop instruction pays for its emulation. 6.1 guest, 63 packets of 1040
+// bytes: 104-105 µs against 124 µs for two 32-bit loads per 8 bytes and
+// one word per turn (natively the older form was ~20 % faster, but there
+// hash/crc32's CLMUL runs, ~10x either).
 func slice8Update(crc uint32, p []byte) uint32 {
 	t := &crc32Slice8
 	crc = ^crc
-	for len(p) >= 8 {
-		lo := binary.LittleEndian.Uint32(p) ^ crc
-		hi := binary.LittleEndian.Uint32(p[4:])
-		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^
-			t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+	for len(p) >= 16 {
+		v := binary.LittleEndian.Uint64(p) ^ uint64(crc)
+		crc = t[0][v>>56] ^ t[1][v>>48&0xFF] ^ t[2][v>>40&0xFF] ^ t[3][v>>32&0xFF] ^
+			t[4][v>>24&0xFF] ^ t[5][v>>16&0xFF] ^ t[6][v>>8&0xFF] ^ t[7][v&0xFF]
+		v = binary.LittleEndian.Uint64(p[8:]) ^ uint64(crc)
+		crc = t[0][v>>56] ^ t[1][v>>48&0xFF] ^ t[2][v>>40&0xFF] ^ t[3][v>>32&0xFF] ^
+			t[4][v>>24&0xFF] ^ t[5][v>>16&0xFF] ^ t[6][v>>8&0xFF] ^ t[7][v&0xFF]
+		p = p[16:]
+	}
+	if len(p) >= 8 {
+		v := binary.LittleEndian.Uint64(p) ^ uint64(crc)
+		crc = t[0][v>>56] ^ t[1][v>>48&0xFF] ^ t[2][v>>40&0xFF] ^ t[3][v>>32&0xFF] ^
+			t[4][v>>24&0xFF] ^ t[5][v>>16&0xFF] ^ t[6][v>>8&0xFF] ^ t[7][v&0xFF]
 		p = p[8:]
 	}
 	for _, v := range p {

@@ -7,8 +7,8 @@ import (
 )
 
 // slice8Update is hash/crc32's IEEE update, bit for bit: every length from
-// 0 to 100 (the byte tail and the 8-byte loop), MTU-sized buffers, and
-// arbitrary starting values.
+// 0 to 100 (the byte tail, the single 8-byte step and the 16-byte loop),
+// MTU-sized buffers, and arbitrary starting values.
 func TestSlice8Update(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 4200)
