@@ -68,7 +68,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&o.timeout, "u", bench.DefaultTimeout, "local ACK timeout code (4.096 us * 2^`N`)")
 	fs.StringVar(&o.devName, "d", "", "HCA `NAME` (default goroce0)")
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process on 127.0.0.1 (server) and 127.0.0.2 (client) over the udp link")
-	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since a spinner takes a core from the HCA's goroutines; never with --loopback; a spinning latency run and a one-QP bandwidth run use one P, GOMAXPROCS=1, as perftest uses one thread, unless GOMAXPROCS is set or with --loopback)")
+	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since there most polls find nothing and an empty poll is a system call; never with --loopback; a spinning latency run and a one-QP bandwidth run use one P, GOMAXPROCS=1, as perftest uses one thread, unless GOMAXPROCS is set or with --loopback)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.csv, "csv", false, "print the results as CSV")
 	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
@@ -183,12 +183,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	// perftest spins on ibv_poll_cq; goroce bench spins on CQ.Poll, which
 	// then receives in the polling goroutine (no wake-up per message).
-	// By default only in the latency modes: in a bandwidth mode the
-	// spinner takes a core from the HCA's goroutines, which have the
-	// packets to move (two processes on a 2-core host, write_bw 64 KiB:
-	// 1204 MB/s spinning, 1595 blocking). Never with --loopback: both
-	// sides live in this process, and two spinners would take the cores
-	// from each other's device goroutines.
+	// By default only in the latency modes. In a bandwidth mode most
+	// polls find the CQ empty while the packets are still moving, and
+	// each empty poll is a non-blocking recvmmsg that finds nothing: in
+	// the TCG guest of bench-vs-rxe, where a system call is emulated,
+	// write_bw 64 KiB at IB MTU 1024 fell from 68-74 to 41-58 MB/s
+	// spinning (one P; on this 2-core host it rose, 0.021-0.024 to
+	// 0.025-0.034 Mpps; docs/performance.md, session 11). Never with
+	// --loopback: both sides live in this process, and two spinners
+	// would take the cores from each other's device goroutines.
 	ls.busyPoll = o.busyPoll.or(!o.p.Mode.IsBW()) && !o.loopback
 	if ownProcess && !o.loopback && oneP(ls.busyPoll, o.p.Mode, o.p.QPs, os.Getenv("GOMAXPROCS")) {
 		runtime.GOMAXPROCS(1)
