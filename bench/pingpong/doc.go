@@ -25,9 +25,11 @@
 //     receives are done (srq: iters in total over all QPs, as the C loop
 //     counts). Receives are re-posted when fewer than 2 (srq: num_qp+1)
 //     remain. With Events the loop sleeps on the CQ's completion channel and
-//     re-arms it, as -e does. Without it the loop polls, as the tools do,
-//     but sleeps in CQ.Wait after a short spin: unlike the kernel's rxe,
-//     goroce's HCA runs on goroutines, and a thread spinning on a busy
+//     re-arms it, as -e does. Without it the loop polls, as the tools do:
+//     on a device that receives in CQ.Poll (hca.Options.BusyPoll, which
+//     goroce pingpong sets when it polls) it spins, yielding every 8 empty
+//     polls; on any other it sleeps in CQ.Wait after a short spin, since
+//     there the HCA's goroutines receive, and a thread spinning on a busy
 //     core starves them (26.7 ms per iteration between two processes on 2
 //     cores, against 0.2 ms with the sleep);
 //   - the output: the "local address" and "remote address" lines (with

@@ -497,6 +497,7 @@ func (s *Session) Run(ctx context.Context) (*Result, error) {
 	if cfg.SRQ > 0 {
 		wcs = make([]hca.WC, cfg.SRQ+cfg.RxDepth)
 	}
+	busy := s.dev.BusyPolling()
 	start := time.Now()
 	for res.Recvs < iters || res.Sends < iters {
 		var n int
@@ -511,6 +512,22 @@ func (s *Session) Run(ctx context.Context) (*Result, error) {
 				return res, fmt.Errorf("couldn't request CQ notification: %w", err)
 			}
 			n, err = s.cq.Poll(wcs)
+		} else if busy {
+			// The device receives in CQ.Poll (hca.Options.BusyPoll): spin
+			// as the tools do on ibv_poll_cq, yielding now and then so the
+			// device's own goroutines (timers, a reader taking over) run.
+			for spins := 1; ; spins++ {
+				n, err = s.cq.Poll(wcs)
+				if n > 0 || err != nil {
+					break
+				}
+				if spins%8 == 0 {
+					if err := ctx.Err(); err != nil {
+						return res, fmt.Errorf("polling the CQ after %d sends and %d receives: %w", res.Sends, res.Recvs, err)
+					}
+					runtime.Gosched()
+				}
+			}
 		} else {
 			for spins := 0; ; spins++ {
 				n, err = s.cq.Poll(wcs)
