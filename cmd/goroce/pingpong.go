@@ -112,9 +112,11 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	// Polling (no -e), as the tools poll ibv_poll_cq: the device receives
 	// in the polling goroutine (hca.Options.BusyPoll on the udp and
 	// afpacket links), on one P unless GOMAXPROCS is set, as goroce bench's
-	// latency modes run. Two processes on a 2-core host, 4096-byte
-	// messages, -n 20000: 129-152 usec/iter spinning then sleeping in
-	// CQ.Wait with every P, 82-90 on one P (docs/performance.md, session 11).
+	// latency modes run. Two processes on a 2-core host, 4096-byte RC
+	// messages, -n 20000: 114-140 usec/iter sleeping in CQ.Wait after a
+	// short spin with every P, 24-27 polling inline on one P; 6.1 TCG
+	// guest: 1700-2000 -> 370-534, rxe 257-336 (docs/performance.md,
+	// session 11).
 	ls.busyPoll = !o.events
 	if ownProcess && ls.busyPoll && os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
