@@ -82,7 +82,28 @@ type Result struct {
 	Local   []exchange.PingpongDest
 	Remote  []exchange.PingpongDest
 	Summary [2]string // the two summary lines, without newlines
+	// LastSendUnacked is set when the run finished with its last SEND
+	// still unacknowledged after LastAckGrace (see Run).
+	LastSendUnacked bool
 }
+
+// LastAckGrace is how long an RC run waits, once every receive is done,
+// for the ACK of its last SEND before it finishes without it; Linger is
+// how long an RC run keeps its QP after the loop. Both answer one race of
+// the pingpong protocol, which the C tools lose too: the peer exits as
+// soon as its own counts are done, so if the ACK of a side's last SEND is
+// lost, nobody answers that SEND's retransmissions, and with retry_cnt 7
+// (infinite in rxe, and here) the side would retransmit forever. The last
+// SEND did arrive: the client's is proven by the server's last message
+// (the server sends it only after receiving), and the server's by the
+// client's exit. Linger lets a peer that lost our last ACK get it again
+// from a retransmission. 8 and 4 local ACK timeouts at the tools' timeout
+// 14 (67 ms).
+const (
+	LastAckGrace = 8 * ackTimeout14
+	Linger       = 4 * ackTimeout14
+	ackTimeout14 = 4096 * time.Nanosecond << 14
+)
 
 // wr_id layout: the low byte is the C programs' PINGPONG_RECV_WRID (1) or
 // PINGPONG_SEND_WRID (2); receives carry their buffer slot above it.
@@ -499,13 +520,32 @@ func (s *Session) Run(ctx context.Context) (*Result, error) {
 	}
 	busy := s.dev.BusyPolling()
 	start := time.Now()
+	var end time.Time     // when the loop ended, if before the last ACK
+	waitCtx := ctx        // ctx, or ctx with LastAckGrace once only the last SEND's ACK is missing
+	late := func() bool { // the grace is over (and ctx is not)
+		if waitCtx != ctx && ctx.Err() == nil && waitCtx.Err() != nil {
+			res.LastSendUnacked = true
+			return true
+		}
+		return false
+	}
+traffic:
 	for res.Recvs < iters || res.Sends < iters {
+		if waitCtx == ctx && cfg.Type == hca.RC && cfg.SRQ == 0 && res.Recvs >= iters && res.Sends == iters-1 {
+			var cancel context.CancelFunc
+			waitCtx, cancel = context.WithTimeout(ctx, LastAckGrace)
+			defer cancel()
+			end = time.Now()
+		}
 		var n int
 		var err error
 		if cfg.Events {
 			select {
 			case <-s.cq.Events():
-			case <-ctx.Done():
+			case <-waitCtx.Done():
+				if late() {
+					break traffic
+				}
 				return res, fmt.Errorf("waiting for a CQ event after %d sends and %d receives: %w", res.Sends, res.Recvs, ctx.Err())
 			}
 			if err := s.cq.ReqNotify(false); err != nil {
@@ -522,7 +562,10 @@ func (s *Session) Run(ctx context.Context) (*Result, error) {
 					break
 				}
 				if spins%8 == 0 {
-					if err := ctx.Err(); err != nil {
+					if err := waitCtx.Err(); err != nil {
+						if late() {
+							break traffic
+						}
 						return res, fmt.Errorf("polling the CQ after %d sends and %d receives: %w", res.Sends, res.Recvs, err)
 					}
 					runtime.Gosched()
@@ -541,7 +584,10 @@ func (s *Session) Run(ctx context.Context) (*Result, error) {
 				// A spinning thread would take the core the HCA's own
 				// goroutines (or the peer process on the same host)
 				// need: after a short spin, sleep until a completion.
-				if err := s.cq.Wait(ctx); err != nil {
+				if err := s.cq.Wait(waitCtx); err != nil {
+					if late() {
+						break traffic
+					}
 					return res, fmt.Errorf("polling the CQ after %d sends and %d receives: %w", res.Sends, res.Recvs, err)
 				}
 				spins = 0
@@ -556,7 +602,18 @@ func (s *Session) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 	}
-	elapsed := time.Since(start)
+	if !res.LastSendUnacked {
+		end = time.Now()
+	}
+	if cfg.Type == hca.RC {
+		// Linger (see LastAckGrace): the device's goroutines answer a
+		// retransmission of the peer's last SEND meanwhile.
+		select {
+		case <-time.After(Linger):
+		case <-ctx.Done():
+		}
+	}
+	elapsed := end.Sub(start)
 	// rc_pingpong.c: float usec from gettimeofday; bytes = size*iters*2.
 	usec := float32(elapsed.Microseconds())
 	res.Usec = usec

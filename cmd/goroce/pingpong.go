@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/bench/exchange"
 	"github.com/goroce/goroce/bench/pingpong"
@@ -123,7 +124,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := pingpongMain(ctx, ls, host, o, cfg, stdout); err != nil {
+	if err := pingpongMain(ctx, ls, host, o, cfg, stdout, stderr); err != nil {
 		var le *linkError
 		if errors.As(err, &le) {
 			return linkExit(stderr, name, err)
@@ -179,7 +180,7 @@ func (o *pingpongOpts) config() (pingpong.Config, error) {
 }
 
 // pingpongMain opens the device, runs the exchange and the traffic.
-func pingpongMain(ctx context.Context, ls linkSettings, host string, o pingpongOpts, cfg pingpong.Config, stdout io.Writer) (err error) {
+func pingpongMain(ctx context.Context, ls linkSettings, host string, o pingpongOpts, cfg pingpong.Config, stdout, stderr io.Writer) (err error) {
 	od, err := openDevice(ls, host, o.devName)
 	if err != nil {
 		return err
@@ -238,7 +239,10 @@ func pingpongMain(ctx context.Context, ls linkSettings, host string, o pingpongO
 	if err != nil {
 		return err
 	}
-	_, err = s.Run(ctx)
+	res, err := s.Run(ctx)
+	if err == nil && res.LastSendUnacked {
+		fmt.Fprintf(stderr, "goroce pingpong: no ACK for the last SEND within %v; finishing without it (the peer exits once its own counts are done, so a lost last ACK is never sent again)\n", pingpong.LastAckGrace.Round(time.Millisecond))
+	}
 	return err
 }
 
