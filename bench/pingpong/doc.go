@@ -32,6 +32,14 @@
 //     there the HCA's goroutines receive, and a thread spinning on a busy
 //     core starves them (26.7 ms per iteration between two processes on 2
 //     cores, against 0.2 ms with the sleep);
+//   - the end, where goroce differs from the tools: each side exits as soon
+//     as its own counts are done, so when the ACK of the other side's last
+//     SEND is lost nobody answers its retransmissions, and under retry_cnt
+//     7 (infinite in rxe) the C tools retransmit forever. An RC run here
+//     waits LastAckGrace for that ACK once every receive is done, then
+//     finishes without it (Result.LastSendUnacked; goroce pingpong says so
+//     on stderr), and keeps its QP for Linger after the loop so that a
+//     peer which lost our last ACK gets it again;
 //   - the output: the "local address" and "remote address" lines (with
 //     ud_pingpong's "PSN 0x...: GID" quirk in its local line), and the two
 //     summary lines, computed with the C program's float arithmetic.
