@@ -38,8 +38,8 @@
 //     7 (infinite in rxe) the C tools retransmit forever. An RC run here
 //     waits LastAckGrace for that ACK once every receive is done, then
 //     finishes without it (Result.LastSendUnacked; goroce pingpong says so
-//     on stderr), and keeps its QP for Linger after the loop so that a
-//     peer which lost our last ACK gets it again;
+//     on stderr); and Close keeps an RC QP until the peer has been quiet
+//     for 500 ms, so that a peer which lost our last ACK gets it again;
 //   - the output: the "local address" and "remote address" lines (with
 //     ud_pingpong's "PSN 0x...: GID" quirk in its local line), and the two
 //     summary lines, computed with the C program's float arithmetic.

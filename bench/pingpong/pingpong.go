@@ -88,22 +88,16 @@ type Result struct {
 }
 
 // LastAckGrace is how long an RC run waits, once every receive is done,
-// for the ACK of its last SEND before it finishes without it; Linger is
-// how long an RC run keeps its QP after the loop. Both answer one race of
-// the pingpong protocol, which the C tools lose too: the peer exits as
-// soon as its own counts are done, so if the ACK of a side's last SEND is
-// lost, nobody answers that SEND's retransmissions, and with retry_cnt 7
-// (infinite in rxe, and here) the side would retransmit forever. The last
-// SEND did arrive: the client's is proven by the server's last message
-// (the server sends it only after receiving), and the server's by the
-// client's exit. Linger lets a peer that lost our last ACK get it again
-// from a retransmission. 8 and 4 local ACK timeouts at the tools' timeout
-// 14 (67 ms).
-const (
-	LastAckGrace = 8 * ackTimeout14
-	Linger       = 4 * ackTimeout14
-	ackTimeout14 = 4096 * time.Nanosecond << 14
-)
+// for the ACK of its last SEND before it finishes without it. The pingpong
+// protocol has a race the C tools lose too: the peer exits as soon as its
+// own counts are done, so if the ACK of a side's last SEND is lost, nobody
+// answers that SEND's retransmissions, and with retry_cnt 7 (infinite in
+// rxe, and here) the side would retransmit forever. The last SEND did
+// arrive: the client's is proven by the server's last message (the server
+// sends it only after receiving), and the server's by the client's exit.
+// (The other half, answering a peer that lost our last ACK, is Close's
+// linger.) Eight local ACK timeouts at the tools' timeout 14 (67 ms).
+const LastAckGrace = 8 * (4096 * time.Nanosecond << 14)
 
 // wr_id layout: the low byte is the C programs' PINGPONG_RECV_WRID (1) or
 // PINGPONG_SEND_WRID (2); receives carry their buffer slot above it.
@@ -605,14 +599,6 @@ traffic:
 	if !res.LastSendUnacked {
 		end = time.Now()
 	}
-	if cfg.Type == hca.RC {
-		// Linger (see LastAckGrace): the device's goroutines answer a
-		// retransmission of the peer's last SEND meanwhile.
-		select {
-		case <-time.After(Linger):
-		case <-ctx.Done():
-		}
-	}
 	elapsed := end.Sub(start)
 	// rc_pingpong.c: float usec from gettimeofday; bytes = size*iters*2.
 	usec := float32(elapsed.Microseconds())
@@ -826,16 +812,16 @@ func (s *Session) Close() error {
 // still retransmit: if the ACK of the peer's last message is lost, the peer
 // resends it after its local ACK timeout (14 in the pingpong examples:
 // 67 ms) and, with retry_cnt 7, keeps resending forever; only a live QP can
-// acknowledge it again. It returns once the QP has neither sent nor
-// received a packet for quiet, or after limit.
+// acknowledge it again. It returns once the QP has received no packet for
+// quiet, or after limit. Only received packets count: a run that finished
+// without its own last ACK (Result.LastSendUnacked) is still resending,
+// which says nothing about the peer and would hold it here for limit.
 func linger(qp *hca.QP, quiet, limit time.Duration) {
 	const tick = 5 * time.Millisecond
-	st := qp.Stats()
-	last, idle := st.TxPackets+st.RxPackets, time.Duration(0)
+	last, idle := qp.Stats().RxPackets, time.Duration(0)
 	for waited := time.Duration(0); waited < limit && idle < quiet; waited += tick {
 		time.Sleep(tick)
-		st = qp.Stats()
-		if n := st.TxPackets + st.RxPackets; n != last {
+		if n := qp.Stats().RxPackets; n != last {
 			last, idle = n, 0
 			continue
 		}
