@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"testing"
@@ -257,6 +258,21 @@ func TestChecksums(t *testing.T) {
 	h := wire.IPv4(cnp)
 	if h.CalculateChecksum() != 0x9161 || !h.IsChecksumValid() {
 		t.Errorf("IPv4 checksum %#x", h.CalculateChecksum())
+	}
+	if got := h.ChecksumFor(0x003c, 0x718c); got != 0x9161 {
+		t.Errorf("ChecksumFor(the header's own length and ID) = %#x, want 0x9161", got)
+	}
+	// ChecksumFor of other lengths and IDs matches a header rewritten
+	// with them and summed in full, whatever the stored checksum says.
+	for _, v := range [][2]uint16{{0, 0}, {0xFFFF, 0xFFFF}, {1044, 1}, {4140, 0x718d}, {28, 0xFFFE}} {
+		r := append(wire.IPv4(nil), h...)
+		binary.BigEndian.PutUint16(r[2:], v[0])
+		binary.BigEndian.PutUint16(r[4:], v[1])
+		r.SetChecksum(0xDEAD)
+		want := r.CalculateChecksum()
+		if got := h.ChecksumFor(v[0], v[1]); got != want {
+			t.Errorf("ChecksumFor(%d, %#x) = %#x, want %#x", v[0], v[1], got, want)
+		}
 	}
 	src, dst := netip.MustParseAddr("10.0.17.1"), netip.MustParseAddr("10.0.18.1")
 	u := wire.UDP(unhex(t, "c000 12b7 000d 0000 0102030405"))

@@ -195,6 +195,22 @@ func (h IPv4) CalculateChecksum() uint16 {
 	return ^checksumFold(s)
 }
 
+// ChecksumFor returns the header checksum h would have with its Total
+// Length and Identification fields set to totalLen and id, reading only
+// h's other fields of a 20-byte header (options are not covered). A
+// receiver that cuts one packet into several with new lengths and IDs
+// computes their checksums from the original header this way, without
+// reading back the headers it has just written.
+func (h IPv4) ChecksumFor(totalLen, id uint16) uint16 {
+	// Words 32-bit wide add up to the same one's-complement sum once
+	// folded. h[6:10] is flags/fragment offset, TTL and protocol; the
+	// checksum field (h[10:12]) is not read.
+	s := uint64(binary.BigEndian.Uint16(h[0:])) + uint64(binary.BigEndian.Uint32(h[6:])) +
+		uint64(binary.BigEndian.Uint32(h[12:])) + uint64(binary.BigEndian.Uint32(h[16:])) +
+		uint64(totalLen) + uint64(id)
+	return ^checksumFold(s)
+}
+
 // IsChecksumValid reports whether the header checksum verifies.
 func (h IPv4) IsChecksumValid() bool {
 	return checksumFold(checksumAdd(0, h[:h.IHL()])) == 0xFFFF

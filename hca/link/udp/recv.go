@@ -338,8 +338,9 @@ func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int
 		binary.BigEndian.PutUint16(out[4:], id0+uint16(r.seg))
 		binary.BigEndian.PutUint16(out[24:], uint16(udpHdr+size))
 		binary.BigEndian.PutUint16(out[26:], 0) // no UDP checksum (masked in the ICRC)
-		wire.IPv4(out).SetChecksum(0)
-		wire.IPv4(out).SetChecksum(wire.IPv4(out).CalculateChecksum())
+		// From d's header: reading back out's, just written, waits for
+		// those stores.
+		wire.IPv4(out).SetChecksum(wire.IPv4(d).ChecksumFor(uint16(ipv4Hdr+udpHdr+size), id0+uint16(r.seg)))
 		sizes[n] = ipv4Hdr + udpHdr + size
 		n++
 		r.seg++
