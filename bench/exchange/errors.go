@@ -81,6 +81,11 @@ type ShortReadError struct {
 }
 
 func (e *ShortReadError) Error() string {
+	if e.Got == 0 {
+		// Most often the peer gave up on an error of its own (a QP it
+		// could not connect, an option it refused): say where to look.
+		return fmt.Sprintf("short read: the peer closed the connection instead of sending %d bytes (its own output says why)", e.Want)
+	}
 	return fmt.Sprintf("short read: got %d of %d bytes", e.Got, e.Want)
 }
 

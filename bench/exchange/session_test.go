@@ -325,6 +325,11 @@ func TestPingpongSessionErrors(t *testing.T) {
 	if _, err := exchange.PingpongClient(&scripted{in: strings.NewReader(rec[:10])}, []exchange.PingpongDest{{}}); !errors.Is(err, exchange.ErrShortRead) {
 		t.Errorf("client short read: %v", err)
 	}
+	// A peer that closes without a byte is named as the one to ask.
+	if _, err := exchange.PingpongClient(&scripted{in: strings.NewReader("")}, []exchange.PingpongDest{{}}); !errors.Is(err, io.EOF) ||
+		!strings.Contains(err.Error(), "peer closed the connection instead of sending 52 bytes") {
+		t.Errorf("client, peer closed: %v", err)
+	}
 	if _, err := exchange.PingpongClient(&scripted{in: strings.NewReader("")}, nil); !errors.Is(err, exchange.ErrConfig) {
 		t.Errorf("client no records: %v", err)
 	}
