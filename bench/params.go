@@ -161,6 +161,11 @@ type Params struct {
 	Timeout uint8
 	// ReportGbits prints Gb/sec instead of MB/sec (--report_gbits).
 	ReportGbits bool
+	// OutReads is how many RDMA READs or atomics a QP keeps outstanding
+	// (-o / --outs): read and atomic modes only, 0 for the device's
+	// max_qp_rd_atom (perftest's default); the other modes use 1, as
+	// perftest does.
+	OutReads int
 }
 
 // Normalize fills defaults and validates p.
@@ -247,6 +252,9 @@ func (p *Params) Normalize() error {
 	}
 	if p.Timeout > 31 {
 		return fmt.Errorf("%w: timeout code %d out of [0, 31]", ErrParams, p.Timeout)
+	}
+	if p.OutReads < 0 {
+		return fmt.Errorf("%w: -o %d outstanding reads", ErrParams, p.OutReads)
 	}
 	return nil
 }

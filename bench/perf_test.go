@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image"
 	_ "image/png"
 	"io"
@@ -118,6 +119,34 @@ func TestModes(t *testing.T) {
 				return
 			}
 			checkLat(t, c.Results[0], tc.size, 40)
+		})
+	}
+}
+
+// TestOutReads: -o sets the outstanding reads each side advertises in the
+// exchange (and so the peer's max_rd_atomic); read and atomic modes only.
+func TestOutReads(t *testing.T) {
+	for _, tc := range []struct {
+		p    Params
+		want int
+	}{
+		{Params{Mode: ModeReadBW, Iters: 40, Size: 3000, OutReads: 2}, 2},
+		{Params{Mode: ModeAtomicBW, Iters: 40, OutReads: 1}, 1},
+		{Params{Mode: ModeReadLat, Iters: 20, OutReads: 3}, 3},
+		{Params{Mode: ModeWriteBW, Iters: 20, OutReads: 5}, 1}, // perftest: 1 outside reads and atomics
+	} {
+		t.Run(tc.p.Mode.String(), func(t *testing.T) {
+			c, s := loopback(t, tc.p)
+			for _, r := range []*Report{c, s} {
+				if got := int(r.Local[0].OutReads); got != tc.want {
+					t.Fatalf("advertised %d outstanding reads, want %d", got, tc.want)
+				}
+			}
+			var b strings.Builder
+			PrintHeader(&b, c)
+			if tc.p.Mode.usesRd() && !strings.Contains(b.String(), fmt.Sprintf(" Outstand reads  : %d\n", tc.want)) {
+				t.Fatalf("header does not show %d outstanding reads:\n%s", tc.want, b.String())
+			}
 		})
 	}
 }
@@ -293,6 +322,14 @@ func TestParamsErrors(t *testing.T) {
 	da, _ := memPair(t)
 	if _, err := NewSession(da, Params{Mode: ModeSendLat, QPs: 2}, true); !errors.Is(err, ErrParams) {
 		t.Errorf("latency with 2 QPs: %v", err)
+	}
+	if _, err := NewSession(da, Params{Mode: ModeReadBW, OutReads: -1}, true); !errors.Is(err, ErrParams) {
+		t.Errorf("-o -1: %v", err)
+	}
+	maxRd := da.Query().MaxQPRdAtom
+	if _, err := NewSession(da, Params{Mode: ModeReadBW, OutReads: maxRd + 1}, true); !errors.Is(err, ErrParams) ||
+		!strings.Contains(err.Error(), "max_qp_rd_atom") {
+		t.Errorf("-o %d over the device's %d: %v", maxRd+1, maxRd, err)
 	}
 	for _, s := range []string{"", "write", "ib_write_bw2"} {
 		if _, err := ParseMode(s); !errors.Is(err, ErrParams) {

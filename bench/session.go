@@ -88,7 +88,14 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 	}
 	s.outReads = 1
 	if p.Mode.usesRd() {
-		s.outReads = dev.Query().MaxQPRdAtom // perftest's default -o: the device's max_qp_rd_atom
+		maxRd := dev.Query().MaxQPRdAtom
+		s.outReads = maxRd // perftest's default -o: the device's max_qp_rd_atom
+		if p.OutReads > maxRd {
+			return nil, fmt.Errorf("%w: -o %d: the device allows at most %d outstanding reads per QP (max_qp_rd_atom)", ErrParams, p.OutReads, maxRd)
+		}
+		if p.OutReads > 0 {
+			s.outReads = p.OutReads
+		}
 	}
 	s.bufSize = (max(p.maxSize(), defaultCycleBuf) + 63) &^ 63
 	ok := false

@@ -281,6 +281,8 @@ var Matrix = []Case{
 		note("-a: every size 2..2^23")),
 	pt("write_bw_D2", "ib_write_bw", "write_bw", "-D 2 -s 65536", writeFML,
 		note("-D: duration mode, the peers end on their own clocks")),
+	pt("read_bw_outs2", "ib_read_bw", "read_bw", "-o 2 -s 16384 -n 300", readFML,
+		note("-o 2: two outstanding READs per QP, advertised in the exchange")),
 }
 
 // SmokeCases are the cases `make interop-smoke` runs.

@@ -65,6 +65,8 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&p.TxDepth, "t", 0, "TX `DEPTH` (default 128 for bw, 1 for lat)")
 	fs.IntVar(&p.RxDepth, "r", 0, "RX `DEPTH` of send tests (default 512)")
 	fs.IntVar(&p.CQMod, "Q", 0, "CQ moderation: one signaled WR in `N` (default 100)")
+	fs.IntVar(&p.OutReads, "o", 0, "`N` outstanding RDMA READs or atomics per QP, read and atomic modes (default: the device's max_qp_rd_atom)")
+	fs.IntVar(&p.OutReads, "outs", 0, "same as -o")
 	fs.IntVar(&o.timeout, "u", bench.DefaultTimeout, "local ACK timeout code (4.096 us * 2^`N`)")
 	fs.StringVar(&o.devName, "d", "", "HCA `NAME` (default goroce0)")
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process on 127.0.0.1 (server) and 127.0.0.2 (client) over the udp link")
