@@ -15,10 +15,14 @@
 // TestKernelIPIDZero), no options. A connected socket numbers its skbs
 // from a counter, which it learns by probing itself once (no probe leaves
 // the host) and then follows; Write corrects the ICRC of each frame for
-// the ID it will get. Frames go out with
+// the ID it will get. Of the fields the ICRC masks, the IPv4 TOS / IPv6
+// traffic class (DSCP and ECN) goes to the kernel as an IP_TOS /
+// IPV6_TCLASS cmsg when it is not 0 (TestTrafficClass); the TTL / hop
+// limit is the kernel's. Frames go out with
 // sendmmsg; runs of same-size packets of one QP to one destination, and
 // runs led by a packet without payload (an ACK: one length only) of
-// packets that long to one destination, whatever their QP, go as a UDP
+// packets that long to one destination, whatever their QP, all of one
+// traffic class, go as a UDP
 // GSO super-datagram (UDP_SEGMENT), whose segments the kernel numbers
 // with IP IDs 0, 1, 2, ... from the unconnected socket and on from the
 // counter of a connected one (TestGSOSegmentIPIDs): Write sends each
@@ -45,10 +49,11 @@
 // firewall does not see them, hence opt-in (GOROCE_UDP_RXRING=1/0).
 //
 // Receive path, IPv6: raw IPv6 sockets do not show the IP header, so Read
-// receives on the UDP socket with IPV6_RECVPKTINFO and IPV6_RECVHOPLIMIT and
-// rebuilds the 40-byte IPv6 header and the UDP header. Every field the ICRC
-// covers (payload length, next header, addresses, ports, UDP length) is
-// known exactly; traffic class and flow label are masked and written as 0.
+// receives on the UDP socket with IPV6_RECVPKTINFO, IPV6_RECVHOPLIMIT and
+// IPV6_RECVTCLASS and rebuilds the 40-byte IPv6 header and the UDP header.
+// Every field the ICRC covers (payload length, next header, addresses,
+// ports, UDP length) is known exactly; the flow label, masked, is written
+// as 0.
 // The rebuilt UDP checksum is 0 (masked in the ICRC).
 //
 // No goroutines. Read and Write wait, when they must, in the Go netpoller,

@@ -92,46 +92,7 @@ func TestGSOSegmentIPIDs(t *testing.T) {
 }
 
 func testGSOSegmentIPIDs(t *testing.T, connected bool) {
-	ns := newNetNS(t)
-	var tun int
-	var a *Endpoint
-	ns.do(t, func() {
-		var err error
-		tun, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
-			t.Skipf("no TUN device: %v", err)
-		}
-		var ifr [unix.IFNAMSIZ + 64]byte
-		copy(ifr[:], "rocetun0")
-		binary.NativeEndian.PutUint16(ifr[unix.IFNAMSIZ:], unix.IFF_TUN|unix.IFF_NO_PI)
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(tun), unix.TUNSETIFF, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
-			t.Fatalf("TUNSETIFF: %v", e)
-		}
-		l, err := netlink.LinkByName("rocetun0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetMTU(l, 9000); err != nil {
-			t.Fatal(err)
-		}
-		_, ipn, _ := net.ParseCIDR("10.99.0.1/24")
-		ipn.IP = net.ParseIP("10.99.0.1")
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipn}); err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-		a, err = Open(Config{Addr: netip.MustParseAddr("10.99.0.1"), NoConnect: !connected})
-		if err != nil {
-			t.Fatal(err)
-		}
-	})
-	defer unix.Close(tun)
-	defer a.Close()
-	if !a.GSO() {
-		t.Skip("kernel has no UDP_SEGMENT")
-	}
+	tun, a := tunEndpoint(t, "10.99.0.1", connected)
 	// The peer address only needs to exist for linktest.Frame.
 	peer := &fakePeer{addr: netip.MustParseAddr("10.99.0.2")}
 	const n = 10
@@ -174,30 +135,10 @@ func testGSOSegmentIPIDs(t *testing.T, connected bool) {
 	deadline := time.Now().Add(linktest.Timeout)
 	var base uint16
 	for i := 0; i < len(frames); {
-		// The fd is non-blocking: wait for it with a timeout, so a
-		// segment that never comes fails the test instead of hanging it.
-		left := time.Until(deadline)
-		if left <= 0 {
-			t.Fatalf("timed out after %v reading the TUN device: %d of %d segments", linktest.Timeout, i, n)
-		}
-		pfd := []unix.PollFd{{Fd: int32(tun), Events: unix.POLLIN}}
-		if _, err := unix.Poll(pfd, int(left/time.Millisecond)+1); err != nil && err != unix.EINTR {
-			t.Fatalf("poll: %v", err)
-		}
-		k, err := unix.Read(tun, buf)
-		if err == unix.EAGAIN || err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := buf[:k]
-		if f[0]>>4 != 4 || f[9] != unix.IPPROTO_UDP {
-			continue // router solicitations etc.
-		}
+		f := readTUN(t, tun, buf, false, deadline)
 		h := wire.IPv4(f)
-		if k != len(frames[i]) {
-			t.Fatalf("segment %d: %d bytes, want %d (not segmented?)", i, k, len(frames[i]))
+		if len(f) != len(frames[i]) {
+			t.Fatalf("segment %d: %d bytes, want %d (not segmented?)", i, len(f), len(frames[i]))
 		}
 		if i == 0 && connected {
 			base = h.ID() // the socket's counter: random
@@ -220,6 +161,158 @@ func testGSOSegmentIPIDs(t *testing.T, connected bool) {
 			t.Errorf("segment %d differs from frame %d", i, i)
 		}
 		i++
+	}
+}
+
+// tunEndpoint opens an endpoint on addr (10.99.0.1 or fd99::1) of a fresh
+// namespace's TUN device rocetun0 (MTU 9000, the rest of the /24 or /64
+// routed into it) and returns the TUN's non-blocking fd, from which the
+// test reads what the kernel sent. It skips when there is no TUN device
+// or no UDP GSO.
+func tunEndpoint(t *testing.T, addr string, connected bool) (int, *Endpoint) {
+	t.Helper()
+	ns := newNetNS(t)
+	var tun int
+	var a *Endpoint
+	ns.do(t, func() {
+		var err error
+		tun, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			t.Skipf("no TUN device: %v", err)
+		}
+		var ifr [unix.IFNAMSIZ + 64]byte
+		copy(ifr[:], "rocetun0")
+		binary.NativeEndian.PutUint16(ifr[unix.IFNAMSIZ:], unix.IFF_TUN|unix.IFF_NO_PI)
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(tun), unix.TUNSETIFF, uintptr(unsafe.Pointer(&ifr[0]))); e != 0 {
+			t.Fatalf("TUNSETIFF: %v", e)
+		}
+		l, err := netlink.LinkByName("rocetun0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetMTU(l, 9000); err != nil {
+			t.Fatal(err)
+		}
+		ip := netip.MustParseAddr(addr)
+		bits := 24
+		if ip.Is6() {
+			bits = 64
+		}
+		nl := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(bits, ip.BitLen())}}
+		if ip.Is6() {
+			nl.Flags = unix.IFA_F_NODAD // usable at once
+		}
+		if err := netlink.AddrAdd(l, nl); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+		a, err = Open(Config{Addr: ip, NoConnect: !connected})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { a.Close(); unix.Close(tun) })
+	if !a.GSO() {
+		t.Skip("kernel has no UDP_SEGMENT")
+	}
+	return tun, a
+}
+
+// readTUN reads the next UDP packet of family v6 the kernel routed into
+// tun, failing the test at deadline.
+func readTUN(t *testing.T, tun int, buf []byte, v6 bool, deadline time.Time) []byte {
+	t.Helper()
+	for {
+		// The fd is non-blocking: wait for it with a timeout, so a
+		// packet that never comes fails the test instead of hanging it.
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("timed out after %v reading the TUN device", linktest.Timeout)
+		}
+		pfd := []unix.PollFd{{Fd: int32(tun), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, int(left/time.Millisecond)+1); err != nil && err != unix.EINTR {
+			t.Fatalf("poll: %v", err)
+		}
+		k, err := unix.Read(tun, buf)
+		if err == unix.EAGAIN || err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := buf[:k]
+		switch {
+		case !v6 && f[0]>>4 == 4 && f[9] == unix.IPPROTO_UDP:
+			return f
+		case v6 && f[0]>>4 == 6 && f[6] == unix.IPPROTO_UDP:
+			return f
+		}
+		// router solicitations etc.
+	}
+}
+
+// TestTrafficClass: the kernel writes the IP header, so the frame's IPv4
+// TOS / IPv6 traffic class (perftest -T, DSCP and ECN) must reach it as a
+// cmsg; a GSO run carries one class, and a connected socket's IP IDs stay
+// what the link predicts (the ICRC of every packet still verifies).
+func TestTrafficClass(t *testing.T) {
+	for _, tc := range []struct {
+		name, addr, peer string
+		connected        bool
+	}{
+		{"ipv4", "10.99.0.1", "10.99.0.2", false},
+		{"ipv4-connected", "10.99.0.1", "10.99.0.2", true},
+		{"ipv6", "fd99::1", "fd99::2", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tun, a := tunEndpoint(t, tc.addr, tc.connected)
+			v6 := netip.MustParseAddr(tc.addr).Is6()
+			peer := &fakePeer{addr: netip.MustParseAddr(tc.peer)}
+			// Five 1024-byte frames of class 0x6a (DSCP 26, ECT(0)), one
+			// of 0x02, five of 0 again: the class cuts the runs (of five,
+			// since an IPv4 run must be longer than one RoCE packet).
+			classes := []uint8{0x6a, 0x6a, 0x6a, 0x6a, 0x6a, 0x02, 0, 0, 0, 0, 0}
+			frames := make([][]byte, len(classes))
+			for i, c := range classes {
+				f, err := linktest.Frame(a, peer, bth.PSN(7+i), 1024)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v6 {
+					f[0], f[1] = 0x60|c>>4, c<<4|f[1]&0x0F
+				} else {
+					f[1] = c
+					wire.IPv4(f).SetChecksum(wire.IPv4(f).CalculateChecksum())
+				}
+				frames[i] = f
+			}
+			if w, err := a.Write(frames, 0); w != len(frames) || err != nil {
+				t.Fatalf("Write = %d, %v", w, err)
+			}
+			if st := a.Stats(); st.TxGSOBatches != 2 || st.TxGSOSegments != 10 {
+				t.Errorf("stats %+v: want the runs 0x6a × 5 and 0 × 5 as GSO batches", st)
+			}
+			buf := make([]byte, 65536)
+			deadline := time.Now().Add(linktest.Timeout)
+			var p wire.Packet
+			for i, want := range classes {
+				f := readTUN(t, tun, buf, v6, deadline)
+				got := f[1]
+				if v6 {
+					got = f[0]<<4 | f[1]>>4
+				}
+				if got != want {
+					t.Errorf("packet %d: traffic class %#02x, want %#02x", i, got, want)
+				}
+				if err := p.Decode(f, wire.FramingIP); err != nil {
+					t.Errorf("packet %d: %v", i, err)
+				} else if p.BTH().PSN() != bth.PSN(7+i) {
+					t.Errorf("packet %d: PSN %d, want %d", i, p.BTH().PSN(), 7+i)
+				}
+			}
+		})
 	}
 }
 
@@ -571,4 +664,52 @@ func mustFramesTo(t testing.TB, a *Endpoint, peer link.Endpoint, psn0, n, payloa
 		fs[i] = f
 	}
 	return fs
+}
+
+// TestTrafficClassReceived: over IPv6 Read rebuilds the IP header, with the
+// traffic class the socket reports (IPV6_RECVTCLASS), direct and with GRO;
+// over IPv4 the raw socket shows the real TOS.
+func TestTrafficClassReceived(t *testing.T) {
+	skipUnlessRoot(t)
+	ns := newNetNS(t, "fd00::1/128", "fd00::2/128")
+	for _, tc := range []struct {
+		name string
+		ns   *netNS
+		a, b string
+		mod  func(*Config)
+	}{
+		{"ipv6", ns, "fd00::1", "fd00::2", nil},
+		{"ipv6-gro", ns, "fd00::1", "fd00::2", func(c *Config) { c.GRO = true }},
+		{"ipv4", newNetNS(t), "127.0.0.1", "127.0.0.2", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := openPair(t, tc.ns, tc.a, tc.b, tc.mod)
+			defer a.Close()
+			defer b.Close()
+			v6 := netip.MustParseAddr(tc.a).Is6()
+			class := uint8(0x6a)
+			frames := mustFrames(t, a, b, 40, 3, 1024)
+			for _, f := range frames {
+				if v6 {
+					f[0], f[1] = 0x60|class>>4, class<<4|f[1]&0x0F
+				} else {
+					f[1] = class
+					wire.IPv4(f).SetChecksum(wire.IPv4(f).CalculateChecksum())
+				}
+			}
+			if w, err := a.Write(frames, 0); w != len(frames) || err != nil {
+				t.Fatalf("Write = %d, %v", w, err)
+			}
+			readFrames(t, b, len(frames), func(got int, p *wire.Packet) {
+				f := p.Frame[p.IPOff:]
+				c := f[1]
+				if v6 {
+					c = f[0]<<4 | f[1]>>4
+				}
+				if c != class {
+					t.Errorf("frame %d: traffic class %#02x, want %#02x", got, c, class)
+				}
+			})
+		})
+	}
 }

@@ -29,7 +29,7 @@ import (
 
 const (
 	maxDatagram = 65536
-	oobSize     = 128 // IPV6_PKTINFO + IPV6_HOPLIMIT + UDP_GRO cmsgs
+	oobSize     = 128 // IPV6_PKTINFO + IPV6_HOPLIMIT + IPV6_TCLASS + UDP_GRO cmsgs
 	// maxSplitTries bounds the ICRC checks spent finding the segment size
 	// of one super-datagram.
 	maxSplitTries = 8
@@ -451,9 +451,9 @@ func (r *rxState) findSegmentBy(d []byte, sameFlow bool) int {
 	return 0
 }
 
-// ipv6Info extracts the destination address, hop limit and GRO segment
-// size from the control messages of m.
-func (r *rxState) ipv6Info(m *unix.Mmsghdr, i int) (dst [16]byte, hop uint8, gro int, ok bool) {
+// ipv6Info extracts the destination address, hop limit, traffic class and
+// GRO segment size from the control messages of m.
+func (r *rxState) ipv6Info(m *unix.Mmsghdr, i int) (dst [16]byte, hop, tc uint8, gro int, ok bool) {
 	oob := r.oob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)]
 	hop = 64
 	for len(oob) >= unix.SizeofCmsghdr {
@@ -468,6 +468,8 @@ func (r *rxState) ipv6Info(m *unix.Mmsghdr, i int) (dst [16]byte, hop uint8, gro
 			dst, ok = [16]byte(data[:16]), true
 		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_HOPLIMIT && len(data) >= 4:
 			hop = uint8(binary.NativeEndian.Uint32(data))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			tc = uint8(binary.NativeEndian.Uint32(data))
 		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 2:
 			if len(data) >= 4 {
 				gro = int(binary.NativeEndian.Uint32(data))
@@ -485,9 +487,9 @@ func (r *rxState) ipv6Info(m *unix.Mmsghdr, i int) (dst [16]byte, hop uint8, gro
 }
 
 // putIPv6 writes the IPv6 and UDP headers of a size-byte UDP payload from
-// sa to dst into out.
-func (r *rxState) putIPv6(out []byte, sa *unix.RawSockaddrInet6, dst *[16]byte, hop uint8, size int) {
-	out[0], out[1], out[2], out[3] = 0x60, 0, 0, 0
+// sa to dst into out (flow label 0: the socket does not report it).
+func (r *rxState) putIPv6(out []byte, sa *unix.RawSockaddrInet6, dst *[16]byte, hop, tc uint8, size int) {
+	out[0], out[1], out[2], out[3] = 0x60|tc>>4, tc<<4, 0, 0
 	binary.BigEndian.PutUint16(out[4:], uint16(udpHdr+size))
 	out[6] = unix.IPPROTO_UDP
 	out[7] = hop
@@ -510,7 +512,7 @@ func (r *rxState) deliverDirect(bufs [][]byte, sizes []int, offset int) int {
 			e.st.rxTooLarge.Add(1)
 			continue
 		}
-		dst, hop, _, ok := r.ipv6Info(m, i)
+		dst, hop, tc, _, ok := r.ipv6Info(m, i)
 		if !ok || dst != e.cfg.Addr.As16() {
 			e.st.rxWrongAddress.Add(1)
 			continue
@@ -519,7 +521,7 @@ func (r *rxState) deliverDirect(bufs [][]byte, sizes []int, offset int) int {
 		if n != i {
 			copy(bufs[n][offset+ipv6Hdr+udpHdr:], bufs[i][offset+ipv6Hdr+udpHdr:offset+ipv6Hdr+udpHdr+size])
 		}
-		r.putIPv6(bufs[n][offset:], &r.sa6[i], &dst, hop, size)
+		r.putIPv6(bufs[n][offset:], &r.sa6[i], &dst, hop, tc, size)
 		sizes[n] = ipv6Hdr + udpHdr + size
 		n++
 	}
@@ -530,7 +532,7 @@ func (r *rxState) deliverDirect(bufs [][]byte, sizes []int, offset int) int {
 // coalesced one by the kernel-reported segment size.
 func (r *rxState) deliver6(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int, offset int) int {
 	e := r.e
-	dst, hop, gro, ok := r.ipv6Info(m, r.cur)
+	dst, hop, tc, gro, ok := r.ipv6Info(m, r.cur)
 	if !ok || dst != e.cfg.Addr.As16() {
 		e.st.rxWrongAddress.Add(1)
 		r.next()
@@ -555,7 +557,7 @@ func (r *rxState) deliver6(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int
 			e.st.rxTooLarge.Add(1)
 			continue
 		}
-		r.putIPv6(out, &r.sa6[r.cur], &dst, hop, size)
+		r.putIPv6(out, &r.sa6[r.cur], &dst, hop, tc, size)
 		copy(out[ipv6Hdr+udpHdr:], d[start:start+size])
 		sizes[n] = ipv6Hdr + udpHdr + size
 		n++

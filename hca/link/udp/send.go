@@ -61,7 +61,7 @@ type txState struct {
 	iovs    []unix.Iovec
 	sa4     []unix.RawSockaddrInet4
 	sa6     []unix.RawSockaddrInet6
-	oob     []byte   // one UDP_SEGMENT cmsg per message
+	oob     []byte   // per message: a UDP_SEGMENT and an IP_TOS / IPV6_TCLASS cmsg (oobPerMsg)
 	scratch []byte   // IPv4 ICRCs corrected for the IDs the kernel gives (4 bytes per patched frame)
 	frames  []int    // frames in message i
 	gso     []bool   // message i is a GSO super-datagram
@@ -77,7 +77,11 @@ type txState struct {
 	errno  unix.Errno
 }
 
-var cmsgSpace2 = unix.CmsgSpace(2)
+var (
+	cmsgSpace2 = unix.CmsgSpace(2)
+	cmsgSpace4 = unix.CmsgSpace(4)
+	oobPerMsg  = cmsgSpace2 + cmsgSpace4
+)
 
 func (t *txState) init(e *Endpoint, rc syscall.RawConn) {
 	t.e, t.rc = e, rc
@@ -91,7 +95,7 @@ func (t *txState) init(e *Endpoint, rc syscall.RawConn) {
 	}
 	t.msgs = make([]unix.Mmsghdr, n)
 	t.iovs = make([]unix.Iovec, 2*n)
-	t.oob = make([]byte, n*cmsgSpace2)
+	t.oob = make([]byte, n*oobPerMsg)
 	t.frames = make([]int, n)
 	t.gso = make([]bool, n)
 	t.msock = make([]int, n)
@@ -201,7 +205,8 @@ func (t *txState) checkFrame(f []byte) error {
 }
 
 // sameDest reports whether frames a and b go to the same destination
-// address and UDP port, the one sendmsg destination of a GSO run.
+// address and UDP port with the same traffic class: one sendmsg of a GSO
+// run.
 func (t *txState) sameDest(a, b []byte) bool {
 	h := t.hdr
 	var dstA, dstB []byte
@@ -210,7 +215,16 @@ func (t *txState) sameDest(a, b []byte) bool {
 	} else {
 		dstA, dstB = a[16:20], b[16:20]
 	}
-	return string(dstA) == string(dstB) && a[h-6] == b[h-6] && a[h-5] == b[h-5]
+	return string(dstA) == string(dstB) && a[h-6] == b[h-6] && a[h-5] == b[h-5] &&
+		t.trafficClass(a) == t.trafficClass(b)
+}
+
+// trafficClass returns frame f's IPv4 TOS or IPv6 traffic class.
+func (t *txState) trafficClass(f []byte) uint8 {
+	if t.e.is6 {
+		return f[0]<<4 | f[1]>>4
+	}
+	return f[1]
 }
 
 // sameFlow reports whether b may follow a in a GSO run: same destination
@@ -371,15 +385,33 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		t.msock[nmsg], t.mbase[nmsg] = ci, base
 		t.frames[nmsg] = j - i
 		t.gso[nmsg] = j-i > 1
+		c := t.oob[nmsg*oobPerMsg : (nmsg+1)*oobPerMsg]
+		n := 0
 		if j-i > 1 {
-			c := t.oob[nmsg*cmsgSpace2 : (nmsg+1)*cmsgSpace2]
 			h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 			h.Level = unix.IPPROTO_UDP
 			h.Type = unix.UDP_SEGMENT
 			h.SetLen(unix.CmsgLen(2))
 			binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(seg))
+			n = cmsgSpace2
+		}
+		if tc := t.trafficClass(f); tc != 0 {
+			// The kernel writes the IP header: ask it for the frame's
+			// TOS / traffic class (DSCP and ECN; masked in the ICRC,
+			// so only a cmsg can carry it). Frames of one run share it
+			// (sameDest).
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&c[n]))
+			h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+			if e.is6 {
+				h.Level, h.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+			}
+			h.SetLen(unix.CmsgLen(4))
+			binary.NativeEndian.PutUint32(c[n+unix.CmsgLen(0):], uint32(tc))
+			n += cmsgSpace4
+		}
+		if n > 0 {
 			m.Hdr.Control = &c[0]
-			m.Hdr.SetControllen(len(c))
+			m.Hdr.SetControllen(n)
 		}
 		nmsg++
 		i = j

@@ -268,6 +268,7 @@ func (e *Endpoint) openSockets() error {
 			{unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1},
 			{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1},
 			{unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1},
+			{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1},
 			// rxe sends RoCEv2 over IPv6 with UDP checksum 0 (the ICRC
 			// covers the payload); without this the kernel drops every
 			// such datagram before the socket (RFC 6935/6936 zero
