@@ -166,6 +166,14 @@ type Params struct {
 	// max_qp_rd_atom (perftest's default); the other modes use 1, as
 	// perftest does.
 	OutReads int
+	// NoPeak reports no peak bandwidth (0), as perftest's -N / --noPeak;
+	// Normalize sets it with Duration, as perftest does.
+	NoPeak bool
+	// TrafficClass and SL go into every QP's address vector (-T, -S):
+	// the IPv4 TOS / IPv6 traffic class of RoCEv2, the GRH TClass and
+	// LRH SL of native IB.
+	TrafficClass uint8
+	SL           uint8
 }
 
 // Normalize fills defaults and validates p.
@@ -220,6 +228,9 @@ func (p *Params) Normalize() error {
 	}
 	if p.Duration > 0 && p.All {
 		return fmt.Errorf("%w: -D and -a cannot be combined", ErrParams)
+	}
+	if p.Duration > 0 {
+		p.NoPeak = true // perftest: no peak in duration mode (its BW peak column reads 0.00)
 	}
 	if p.MTU != 0 && !p.MTU.Valid() {
 		return fmt.Errorf("%w: MTU enum %d", ErrParams, uint8(p.MTU))

@@ -297,6 +297,9 @@ func TestDuration(t *testing.T) {
 			if b.Duration < time.Second || b.Duration > 3*time.Second || b.Messages == 0 || b.Messages%DefaultCQMod != 0 {
 				t.Fatalf("-D 1: ran %v, %d messages (want >= 1 s and whole moderation groups)", b.Duration, b.Messages)
 			}
+			if b.PeakBytesPerSec != 0 {
+				t.Fatalf("-D 1: peak %v B/s; perftest reports none in duration mode", b.PeakBytesPerSec)
+			}
 		})
 	}
 }

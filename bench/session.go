@@ -212,7 +212,8 @@ func (s *Session) Connect(remote []exchange.PerftestDest, mtu bth.MTU) error {
 	s.remote = remote
 	for i, r := range s.qps {
 		rd := remote[i]
-		a := hca.QPAttr{AH: hca.AHAttr{DGID: rd.GID, SGIDIndex: s.gidIndex, HopLimit: hopLimit}, Port: 1}
+		a := hca.QPAttr{AH: hca.AHAttr{DGID: rd.GID, SGIDIndex: s.gidIndex, HopLimit: hopLimit,
+			TrafficClass: s.p.TrafficClass, SL: s.p.SL}, Port: 1}
 		a.State, a.PathMTU, a.DestQPN, a.RQPSN = hca.StateRTR, mtu, rd.QPN, rd.PSN
 		a.MaxDestRdAtomic, a.MinRNRTimer = s.outReads, minRNRTimer
 		mask := transport.AttrState | transport.AttrAV | transport.AttrPathMTU | transport.AttrDestQPN |
@@ -605,6 +606,9 @@ func (s *Session) bwResult(size, done int, el time.Duration) BWResult {
 	if el > 0 {
 		r.BytesPerSec = float64(done) * float64(size) / el.Seconds()
 		r.MsgPerSec = float64(done) / el.Seconds()
+	}
+	if s.p.NoPeak {
+		return r
 	}
 	r.PeakBytesPerSec = peakRate(s.samples, el) * float64(size)
 	if r.PeakBytesPerSec < r.BytesPerSec {

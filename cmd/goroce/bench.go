@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bench"
+	"github.com/goroce/goroce/bench/exchange"
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link/udp"
 )
@@ -42,6 +43,12 @@ type benchOpts struct {
 	durSec   int
 	atomic   string
 	timeout  int
+	events   bool
+	ibPort   int
+	conn     string
+	tos      int
+	sl       int
+	version  bool
 	lf       *linkFlags
 }
 
@@ -67,6 +74,20 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&p.CQMod, "Q", 0, "CQ moderation: one signaled WR in `N` (default 100)")
 	fs.IntVar(&p.OutReads, "o", 0, "`N` outstanding RDMA READs or atomics per QP, read and atomic modes (default: the device's max_qp_rd_atom)")
 	fs.IntVar(&p.OutReads, "outs", 0, "same as -o")
+	fs.BoolVar(&p.NoPeak, "N", false, "print no peak bandwidth (perftest's --noPeak; always with -D, as perftest)")
+	fs.BoolVar(&p.NoPeak, "noPeak", false, "same as -N")
+	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of polling (same as --busy-poll=false)")
+	fs.BoolVar(&o.events, "events", false, "same as -e")
+	fs.IntVar(&o.ibPort, "i", 1, "`PORT` of the device (goroce devices have one, port 1)")
+	fs.IntVar(&o.ibPort, "ib-port", 1, "same as -i")
+	fs.StringVar(&o.conn, "c", "RC", "connection `TYPE`: RC (the only one goroce bench runs)")
+	fs.StringVar(&o.conn, "connection", "RC", "same as -c")
+	fs.IntVar(&o.tos, "T", -1, "`TOS`: the traffic class of the QPs' address vector (IPv4 TOS / IPv6 traffic class)")
+	fs.IntVar(&o.tos, "tos", -1, "same as -T")
+	fs.IntVar(&o.sl, "S", 0, "service `LEVEL` of the QPs' address vector")
+	fs.IntVar(&o.sl, "sl", 0, "same as -S")
+	fs.BoolVar(&o.version, "V", false, "print the perftest version goroce bench speaks and exit")
+	fs.BoolVar(&o.version, "version", false, "same as -V")
 	fs.IntVar(&o.timeout, "u", bench.DefaultTimeout, "local ACK timeout code (4.096 us * 2^`N`)")
 	fs.StringVar(&o.devName, "d", "", "HCA `NAME` (default goroce0)")
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process on 127.0.0.1 (server) and 127.0.0.2 (client) over the udp link")
@@ -122,6 +143,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Usage: %s (goroce bench --help for the flags)\n", benchSynopsis)
 		return exitUsage
 	}
+	if o.version {
+		fmt.Fprintf(stdout, "Version: %s\n", exchange.DefaultVersion)
+		return exitOK
+	}
 	if len(pos) == 0 {
 		return usageErr("missing MODE (%s)", strings.Join(modeNames(), " "))
 	}
@@ -152,6 +177,28 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usageErr("-u %d: want 0..31", o.timeout)
 	}
 	o.p.Timeout = uint8(o.timeout)
+	if o.ibPort != 1 {
+		return usageErr("-i %d: goroce devices have one port, 1", o.ibPort)
+	}
+	if !strings.EqualFold(o.conn, "RC") {
+		return usageErr("-c %s: goroce bench runs RC connections only", o.conn)
+	}
+	if o.tos < -1 || o.tos > 255 {
+		return usageErr("-T %d: want 0..255", o.tos)
+	}
+	if o.tos >= 0 {
+		o.p.TrafficClass = uint8(o.tos)
+	}
+	if o.sl < 0 || o.sl > 15 {
+		return usageErr("-S %d: want 0..15", o.sl)
+	}
+	o.p.SL = uint8(o.sl)
+	if o.events && o.busyPoll.set && o.busyPoll.v {
+		return usageErr("-e (sleep on CQ events) and --busy-poll are exclusive")
+	}
+	if o.events {
+		o.busyPoll = optBool{set: true, v: false}
+	}
 	if o.port < 1 || o.port > 65535 {
 		return usageErr("-p %d: not a TCP port", o.port)
 	}

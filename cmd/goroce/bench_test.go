@@ -41,6 +41,12 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "send_lat", "-q", "2", "--loopback", "--max_size", "3"},
 		{"bench", "write_bw", "--loopback", "--addr", "127.0.0.5"},
 		{"bench", "write_bw", "--link", "carrier-pigeon"},
+		{"bench", "write_bw", "-i", "2"},
+		{"bench", "send_bw", "-c", "UD"},
+		{"bench", "send_lat", "-e", "--busy-poll"},
+		{"bench", "write_bw", "-T", "256"},
+		{"bench", "write_bw", "-S", "16"},
+		{"bench", "read_bw", "-o", "-1"},
 	} {
 		st, out, errOut := runCLI(args...)
 		if st != exitUsage {
@@ -49,6 +55,17 @@ func TestBenchUsageErrors(t *testing.T) {
 		if errOut == "" {
 			t.Errorf("%q: nothing on stderr", args)
 		}
+	}
+	if st, out, _ := runCLI("bench", "-V"); st != exitOK || out != "Version: 6.06\n" {
+		t.Errorf("bench -V: status %d, %q", st, out)
+	}
+	// perftest's spellings are accepted: -c rc, -i 1, -e, -N.
+	var o benchOpts
+	fs := benchFlags(&o)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse([]string{"-c", "rc", "-i", "1", "-e", "-N", "-T", "104", "-S", "3", "--outs", "4"}); err != nil ||
+		o.conn != "rc" || o.ibPort != 1 || !o.events || !o.p.NoPeak || o.tos != 104 || o.sl != 3 || o.p.OutReads != 4 {
+		t.Errorf("perftest flags: %v, %+v", err, o)
 	}
 	st, out, _ := runCLI("bench", "--help")
 	if st != exitOK || !strings.Contains(out, "MODE is one of: send_bw write_bw read_bw atomic_bw send_lat write_lat read_lat") ||
