@@ -174,6 +174,10 @@ type Params struct {
 	// LRH SL of native IB.
 	TrafficClass uint8
 	SL           uint8
+	// Duplex is perftest's -b: both sides run the bandwidth test at once
+	// and each reports the sum of both directions (bandwidth modes, one
+	// size).
+	Duplex bool
 }
 
 // Normalize fills defaults and validates p.
@@ -228,6 +232,12 @@ func (p *Params) Normalize() error {
 	}
 	if p.Duration > 0 && p.All {
 		return fmt.Errorf("%w: -D and -a cannot be combined", ErrParams)
+	}
+	if p.Duplex && !p.Mode.IsBW() {
+		return fmt.Errorf("%w: -b (bidirectional) applies to the bandwidth modes", ErrParams)
+	}
+	if p.Duplex && p.All {
+		return fmt.Errorf("%w: -b with -a is not implemented: give one size (-s)", ErrParams)
 	}
 	if p.Duration > 0 {
 		p.NoPeak = true // perftest: no peak in duration mode (its BW peak column reads 0.00)

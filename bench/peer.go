@@ -118,12 +118,20 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 			h.Result(rep, r)
 		}
 	}
+	// A duplex result is printed once the peer's report is in (the sum
+	// of both directions), except a timed send_bw's, which exchanges none.
+	sumLater := p.Duplex && !(p.Mode.isSend() && p.Duration > 0)
+	var local Result
 	runSize := func(size int) (Result, error) {
 		r, err := s.Run(ctx, size)
 		if err != nil {
 			return r, err
 		}
-		add(r)
+		if sumLater {
+			local = r
+		} else {
+			add(r)
+		}
 		return r, nil
 	}
 	tool := p.Mode.Tool()
@@ -160,24 +168,39 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 		}
 		return bwReport(last.BW, rep.Params.ReportGbits), nil
 	}
+	steps.Duplex, steps.Duration = p.Duplex, p.Duration > 0
 	res, err := sess.Run(tool, steps)
 	if err != nil {
 		return rep, err
 	}
-	if tool.ExchangesReports() && !client {
+	switch {
+	case sumLater:
+		// print_full_bw_report(my, rem): the rates add up; size and
+		// iterations are this side's.
+		r := remoteResult(rep.Params, res.RemoteReport)
+		b := local.BW
+		b.BytesPerSec += r.BW.BytesPerSec
+		b.PeakBytesPerSec += r.BW.PeakBytesPerSec
+		b.MsgPerSec += r.BW.MsgPerSec
+		add(Result{BW: b})
+	case tool.ExchangesReports() && !client:
 		// The passive server prints the client's report.
-		rr := res.RemoteReport
-		f := mbFactor(rep.Params.ReportGbits)
-		r := Result{BW: BWResult{Op: opName(rep.Params), Size: int(rr.Size), Iters: int(rr.Iters), QPs: rep.Params.QPs,
-			BytesPerSec: rr.BWAvg * f, PeakBytesPerSec: rr.BWPeak * f, MsgPerSec: rr.MsgRateAvg * 1e6}}
-		r.BW.Messages = r.BW.Iters * max(1, r.BW.QPs)
-		if r.BW.MsgPerSec > 0 {
-			r.BW.Duration = time.Duration(float64(r.BW.Messages) / r.BW.MsgPerSec * 1e9)
-		}
 		rep.Results = rep.Results[:0]
-		add(r)
+		add(remoteResult(rep.Params, res.RemoteReport))
 	}
 	return rep, nil
+}
+
+// remoteResult is the result the peer reported (xchg_bw_reports).
+func remoteResult(p Params, rr exchange.BWReport) Result {
+	f := mbFactor(p.ReportGbits)
+	r := Result{BW: BWResult{Op: opName(p), Size: int(rr.Size), Iters: int(rr.Iters), QPs: p.QPs,
+		BytesPerSec: rr.BWAvg * f, PeakBytesPerSec: rr.BWPeak * f, MsgPerSec: rr.MsgRateAvg * 1e6}}
+	r.BW.Messages = r.BW.Iters * max(1, r.BW.QPs)
+	if r.BW.MsgPerSec > 0 {
+		r.BW.Duration = time.Duration(float64(r.BW.Messages) / r.BW.MsgPerSec * 1e9)
+	}
+	return r
 }
 
 // runAllSend is ib_send_bw / ib_send_lat with -a, which bench/exchange.Run

@@ -11,6 +11,7 @@ import (
 	"image"
 	_ "image/png"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -120,6 +121,63 @@ func TestModes(t *testing.T) {
 			}
 			checkLat(t, c.Results[0], tc.size, 40)
 		})
+	}
+}
+
+// TestDuplex runs -b in every bandwidth mode: both sides move Iters
+// messages each way, and each reports the sum of both directions
+// (print_full_bw_report with the peer's report).
+func TestDuplex(t *testing.T) {
+	for _, p := range []Params{
+		{Mode: ModeSendBW, Iters: 300, Size: 5000, Duplex: true},
+		{Mode: ModeSendBW, Iters: 200, Size: 3000, Duplex: true, QPs: 3, RxDepth: 16, TxDepth: 8},
+		{Mode: ModeWriteBW, Iters: 300, Size: 9000, Duplex: true},
+		{Mode: ModeReadBW, Iters: 300, Size: 3000, Duplex: true, QPs: 2},
+		{Mode: ModeAtomicBW, Iters: 300, Duplex: true},
+	} {
+		t.Run(p.Mode.String(), func(t *testing.T) {
+			da, db := memPair(t)
+			c, s, err := RunLoopback(testCtx(t), da, db, p, Hooks{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := max(p.Size, 8)
+			for _, r := range []*Report{c, s} {
+				if len(r.Results) != 1 {
+					t.Fatalf("%d results, want 1", len(r.Results))
+				}
+				checkBW(t, r.Results[0], size, p.Iters, max(p.QPs, 1))
+			}
+			// Each side's figure is its own plus the other's: equal sums.
+			cb, sb := c.Results[0].BW, s.Results[0].BW
+			if math.Abs(cb.BytesPerSec-sb.BytesPerSec) > 1e-9*cb.BytesPerSec || math.Abs(cb.MsgPerSec-sb.MsgPerSec) > 1e-9*cb.MsgPerSec {
+				t.Fatalf("client reports %v B/s %v msg/s, server %v and %v: both should show the sum",
+					cb.BytesPerSec, cb.MsgPerSec, sb.BytesPerSec, sb.MsgPerSec)
+			}
+			// Both directions carried the messages: each device sent at
+			// least their bytes (one-way, the server would send ACKs only;
+			// a READ's data comes back from the other side).
+			want := uint64(p.Iters * max(p.QPs, 1) * size)
+			for _, d := range []*hca.Device{da, db} {
+				if tx := d.Counters.TxBytes.Load(); tx < want {
+					t.Fatalf("device %s sent %d bytes, want at least %d", d.Name(), tx, want)
+				}
+			}
+		})
+	}
+	// Timed send_bw -b exchanges no reports: each side prints its own.
+	da, db := memPair(t)
+	c, s, err := RunLoopback(testCtx(t), da, db, Params{Mode: ModeSendBW, Duration: time.Second, Size: 4096, Duplex: true}, Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Results[0].BW.Messages == 0 || s.Results[0].BW.Messages == 0 {
+		t.Fatalf("-D 1 -b: client %+v server %+v", c.Results[0].BW, s.Results[0].BW)
+	}
+	for _, p := range []Params{{Mode: ModeSendLat, Duplex: true}, {Mode: ModeWriteBW, Duplex: true, All: true}} {
+		if err := p.Normalize(); !errors.Is(err, ErrParams) {
+			t.Errorf("%+v: %v, want ErrParams", p, err)
+		}
 	}
 }
 

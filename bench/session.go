@@ -111,11 +111,20 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 	if p.Mode.isSend() {
 		rq = p.RxDepth
 	}
-	if s.scq, err = dev.CreateCQ(sq * p.QPs); err != nil {
-		return nil, err
-	}
-	if s.rcq, err = dev.CreateCQ(rq * p.QPs); err != nil {
-		return nil, err
+	if p.Duplex && p.Mode.isSend() {
+		// Both directions on one CQ, so that one (blocking) poll waits
+		// for either; the completions' opcodes tell them apart.
+		if s.scq, err = dev.CreateCQ((sq + rq) * p.QPs); err != nil {
+			return nil, err
+		}
+		s.rcq = s.scq
+	} else {
+		if s.scq, err = dev.CreateCQ(sq * p.QPs); err != nil {
+			return nil, err
+		}
+		if s.rcq, err = dev.CreateCQ(rq * p.QPs); err != nil {
+			return nil, err
+		}
 	}
 	access := hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
 	for range p.QPs {
@@ -130,7 +139,7 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 			return nil, err
 		}
 	}
-	s.wcs = make([]hca.WC, max(64, min(sq*p.QPs, 1024), min(rq*p.QPs, 1024)))
+	s.wcs = make([]hca.WC, max(64, min((sq+rq)*p.QPs, 1024)))
 	if err := s.toInit(); err != nil {
 		return nil, err
 	}
@@ -275,7 +284,7 @@ func (s *Session) Ready(size int) error {
 		return fmt.Errorf("%w: size %d outside the %d-byte buffer", ErrParams, size, s.bufSize)
 	}
 	s.setSize(size)
-	if !s.p.Mode.isSend() || (s.p.Mode == ModeSendBW && s.client) {
+	if !s.p.Mode.isSend() || (s.p.Mode == ModeSendBW && s.client && !s.p.Duplex) {
 		return nil
 	}
 	for i, r := range s.qps {
@@ -312,7 +321,7 @@ func (s *Session) Close() {
 	if s.scq != nil {
 		s.scq.Destroy()
 	}
-	if s.rcq != nil {
+	if s.rcq != nil && s.rcq != s.scq {
 		s.rcq.Destroy()
 	}
 	if s.pd != nil {
@@ -341,6 +350,10 @@ func (s *Session) Run(ctx context.Context, size int) (Result, error) {
 	}
 	switch s.p.Mode {
 	case ModeSendBW:
+		if s.p.Duplex {
+			r, err := s.sendBidir(ctx, size)
+			return Result{BW: r}, err
+		}
 		if s.client {
 			r, err := s.bwClient(ctx, size)
 			return Result{BW: r}, err
@@ -348,7 +361,7 @@ func (s *Session) Run(ctx context.Context, size int) (Result, error) {
 		r, err := s.sendServer(ctx, size)
 		return Result{BW: r}, err
 	case ModeWriteBW, ModeReadBW, ModeAtomicBW:
-		if !s.client {
+		if !s.client && !s.p.Duplex {
 			s.spinPassive()
 			return Result{Passive: true}, nil
 		}
@@ -486,12 +499,32 @@ func (pr *progress) tick(el time.Duration, msgs int) {
 // signaled ones. With a Duration it posts until the deadline, finishing
 // the current moderation group so that every WR is accounted for.
 func (s *Session) bwClient(ctx context.Context, size int) (BWResult, error) {
+	return s.bwLoop(ctx, size, false)
+}
+
+// sendBidir is run_iter_bi, ib_send_bw -b: bwClient's sends, while the
+// peer's SENDs arrive on the same CQ and their receives are reposted as
+// sendServer does. The result counts this side's sends. It ends when every
+// send completed and every expected SEND arrived; with a Duration, when
+// the sends are done and the peer's have stopped for the grace second
+// sendServer also gives them (the peer's last SENDs need receives to
+// complete).
+func (s *Session) sendBidir(ctx context.Context, size int) (BWResult, error) {
+	return s.bwLoop(ctx, size, true)
+}
+
+func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, error) {
 	p := &s.p
 	total := p.Iters * len(s.qps)
 	s.samples = s.samples[:0]
 	pr := progress{w: s.Progress, size: size}
 	done, posting := 0, true
+	rdone, rtotal := 0, 0
+	if recv && p.Duration == 0 {
+		rtotal = total
+	}
 	start := time.Now()
+	var el time.Duration
 	for {
 		if posting {
 			stop := p.Duration > 0 && time.Since(start) >= p.Duration
@@ -527,23 +560,55 @@ func (s *Session) bwClient(ctx context.Context, size int) (BWResult, error) {
 			}
 		}
 		if done >= total && (!posting || p.Duration == 0) {
-			break
+			if el == 0 {
+				el = time.Since(start) // the sends' time, not the grace's
+			}
+			// A timed run's receives have no count to reach: they are
+			// reposted until the grace deadline below ends the loop.
+			if rdone >= rtotal && (!recv || p.Duration == 0) {
+				break
+			}
 		}
-		wcs, err := s.poll(ctx, s.scq)
+		wctx, cancel := ctx, context.CancelFunc(nil)
+		if recv && p.Duration > 0 && done >= total && !posting {
+			wctx, cancel = context.WithDeadline(ctx, start.Add(p.Duration+time.Second))
+		}
+		wcs, err := s.poll(wctx, s.scq)
+		if cancel != nil {
+			cancel()
+			if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+				break // the grace second passed
+			}
+		}
 		if err != nil {
 			return BWResult{}, err
 		}
 		for i := range wcs {
-			r := s.qps[int(wcs[i].WRID>>32)]
+			qi := int(wcs[i].WRID >> 32)
+			r := s.qps[qi]
+			if wcs[i].Opcode&transport.WCRecv != 0 {
+				r.rcnt++
+				rdone++
+				if r.posted < p.Iters || p.Duration > 0 {
+					if err := s.postRecv(r, qi); err != nil {
+						return BWResult{}, err
+					}
+				}
+				continue
+			}
 			c := int(uint32(wcs[i].WRID)) + 1
 			done += c - r.ccnt
 			r.ccnt = c
 		}
-		el := time.Since(start)
-		s.samples = append(s.samples, sample{el, done})
-		pr.tick(el, done)
+		if el == 0 { // the sends' progress (not the grace's receives)
+			t := time.Since(start)
+			s.samples = append(s.samples, sample{t, done})
+			pr.tick(t, done)
+		}
 	}
-	el := time.Since(start)
+	if el == 0 {
+		el = time.Since(start)
+	}
 	return s.bwResult(size, done, el), nil
 }
 

@@ -283,6 +283,14 @@ var Matrix = []Case{
 		note("-D: duration mode, the peers end on their own clocks")),
 	pt("read_bw_outs2", "ib_read_bw", "read_bw", "-o 2 -s 16384 -n 300", readFML,
 		note("-o 2: two outstanding READs per QP, advertised in the exchange")),
+	pt("send_bw_bidir", "ib_send_bw", "send_bw", "-b -s 16384 -n 300", sendFML,
+		note("-b: both sides send at once and exchange reports")),
+	pt("write_bw_bidir", "ib_write_bw", "write_bw", "-b -q 2 -s 65536 -n 200", writeFML,
+		note("-b with 2 QPs: both sides write at once")),
+	pt("read_bw_bidir", "ib_read_bw", "read_bw", "-b -s 16384 -n 300", readFML,
+		note("-b: both sides read at once")),
+	pt("atomic_bw_bidir", "ib_atomic_bw", "atomic_bw", "-b -n 500",
+		[]string{"RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"}, note("-b: both sides fetch-and-add at once")),
 }
 
 // SmokeCases are the cases `make interop-smoke` runs.

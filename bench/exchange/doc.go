@@ -149,8 +149,11 @@
 // Couldn't read remote address"). The latency tools take one QP only.
 // ib_send_bw/ib_send_lat with -a (RUN_ALL: a start barrier per size, and
 // for send_bw one more after it) are driven by package bench on top of
-// PerftestSession.Establish; --duplex and -R (RDMA-CM, whose setup travels
-// in CM MADs) are not modelled.
+// PerftestSession.Establish. -b (--bidirectional, duplex) of the
+// bandwidth tools is Steps.Duplex: a start hand-shake, both sides' traffic,
+// then the report swap (send_bw skips it with -D) and ctx_close_connection,
+// as write_bw.c and send_bw.c run it with one size; -b with -a and -R
+// (RDMA-CM, whose setup travels in CM MADs) are not modelled.
 //
 // Versions: we advertise DefaultVersion ("6.06"). perftest >= 6.28 only
 // runs its binary negotiate_params step when the peer's version is >= 6.28

@@ -90,6 +90,13 @@ type Steps struct {
 	// next hand-shake while the client works, and sends a report it never
 	// filled in. Optional.
 	Run func() (BWReport, error)
+	// Duplex runs the bidirectional sequence of perftest's -b (bandwidth
+	// tools only): both sides Run, after a start hand-shake, and then
+	// exchange reports.
+	Duplex bool
+	// Duration says the run is timed (-D): a duplex ib_send_bw then
+	// exchanges no reports.
+	Duration bool
 }
 
 // Result is what Run learned from the peer.
@@ -183,8 +190,16 @@ func (s *PerftestSession) Establish(tool Tool, st Steps) (Result, error) {
 //	write_lat:                 Ready, hand-shake, Run (then the socket closes)
 //	read_lat:                  Ready, hand-shake, Run, hand-shake, "done"
 //
+// With Steps.Duplex (perftest -b, bandwidth tools), both sides run:
+//
+//	send_bw:                   Ready, hand-shake, Run, reports (not with -D), hand-shake, "done"
+//	write_bw, read_bw, atomic: Ready, hand-shake, Run, reports, hand-shake, "done"
+//
 // It does not close the connection.
 func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
+	if st.Duplex && tool != SendBW && !tool.ExchangesReports() {
+		return Result{}, fmt.Errorf("exchange: %w: %v has no bidirectional mode", ErrConfig, tool)
+	}
 	res, err := s.Establish(tool, st)
 	if err != nil {
 		return res, err
@@ -210,12 +225,32 @@ func (s *PerftestSession) Run(tool Tool, st Steps) (Result, error) {
 		if _, err = s.HandShake(local[0]); err != nil {
 			return res, err
 		}
-		if _, err := run(); err != nil {
+		rep, err := run()
+		if err != nil {
 			return res, err
+		}
+		if st.Duplex && !st.Duration {
+			if res.RemoteReport, err = s.XchgBWReports(rep); err != nil {
+				return res, err
+			}
 		}
 		_, err = s.CloseConnection(local[0])
 		return res, err
 	case WriteBW, ReadBW, AtomicBW:
+		if st.Duplex {
+			if _, err = s.HandShake(local[0]); err != nil {
+				return res, err
+			}
+			rep, err := run()
+			if err != nil {
+				return res, err
+			}
+			if res.RemoteReport, err = s.XchgBWReports(rep); err != nil {
+				return res, err
+			}
+			_, err = s.CloseConnection(local[0])
+			return res, err
+		}
 		rep, err := run()
 		if err != nil {
 			return res, err

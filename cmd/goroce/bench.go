@@ -68,6 +68,8 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&o.port, "p", bench.DefaultPort, "TCP `PORT` of the perftest exchange")
 	fs.Bool("F", false, "accepted for perftest compatibility (no CPU frequency check here)")
 	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/sec instead of MB/sec")
+	fs.BoolVar(&p.Duplex, "b", false, "bidirectional: both sides send at once, each reports the sum (bandwidth modes; both sides need -b)")
+	fs.BoolVar(&p.Duplex, "bidirectional", false, "same as -b")
 	fs.StringVar(&o.atomic, "A", "FETCH_AND_ADD", "atomic_bw operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.IntVar(&p.TxDepth, "t", 0, "TX `DEPTH` (default 128 for bw, 1 for lat)")
 	fs.IntVar(&p.RxDepth, "r", 0, "RX `DEPTH` of send tests (default 512)")
