@@ -166,7 +166,7 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 				break
 			}
 		}
-		return bwReport(last.BW, rep.Params.ReportGbits), nil
+		return bwReport(rep.Params, last.BW), nil
 	}
 	steps.Duplex, steps.Duration = p.Duplex, p.Duration > 0
 	res, err := sess.Run(tool, steps)
@@ -194,9 +194,17 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 // remoteResult is the result the peer reported (xchg_bw_reports).
 func remoteResult(p Params, rr exchange.BWReport) Result {
 	f := mbFactor(p.ReportGbits)
-	r := Result{BW: BWResult{Op: opName(p), Size: int(rr.Size), Iters: int(rr.Iters), QPs: p.QPs,
+	r := Result{BW: BWResult{Op: opName(p), Size: int(rr.Size), QPs: p.QPs,
 		BytesPerSec: rr.BWAvg * f, PeakBytesPerSec: rr.BWPeak * f, MsgPerSec: rr.MsgRateAvg * 1e6}}
-	r.BW.Messages = r.BW.Iters * max(1, r.BW.QPs)
+	// The report counts what reportIters does.
+	qps := max(1, r.BW.QPs)
+	if p.Duration > 0 {
+		r.BW.Iters = int(rr.Iters)
+		r.BW.Messages = r.BW.Iters * qps
+	} else {
+		r.BW.Messages = int(rr.Iters)
+		r.BW.Iters = r.BW.Messages / qps
+	}
 	if r.BW.MsgPerSec > 0 {
 		r.BW.Duration = time.Duration(float64(r.BW.Messages) / r.BW.MsgPerSec * 1e9)
 	}
@@ -244,9 +252,9 @@ func mbFactor(gbits bool) float64 {
 	return 1 << 20
 }
 
-func bwReport(r BWResult, gbits bool) exchange.BWReport {
-	f := mbFactor(gbits)
-	return exchange.BWReport{Size: uint64(r.Size), Iters: uint64(r.Iters), BWPeak: r.PeakBytesPerSec / f,
+func bwReport(p Params, r BWResult) exchange.BWReport {
+	f := mbFactor(p.ReportGbits)
+	return exchange.BWReport{Size: uint64(r.Size), Iters: uint64(reportIters(p, r)), BWPeak: r.PeakBytesPerSec / f,
 		BWAvg: r.BytesPerSec / f, MsgRateAvg: r.MsgPerSec / 1e6}
 }
 

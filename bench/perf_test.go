@@ -70,7 +70,9 @@ func checkBW(t *testing.T, r Result, size, iters, qps int) {
 	if r.Passive || b.Size != size || b.Iters != iters || b.QPs != qps || b.Messages != iters*qps {
 		t.Fatalf("result %+v, want size %d, %d iterations on %d QPs", r, size, iters, qps)
 	}
-	if !(b.BytesPerSec > 0 && b.MsgPerSec > 0 && b.PeakBytesPerSec >= b.BytesPerSec && b.Duration > 0) {
+	// A peak of 0 is "none" (-N, -D, a send_bw server); any other is at
+	// least the average.
+	if !(b.BytesPerSec > 0 && b.MsgPerSec > 0 && (b.PeakBytesPerSec == 0 || b.PeakBytesPerSec >= b.BytesPerSec) && b.Duration > 0) {
 		t.Fatalf("rates %+v", b)
 	}
 }
@@ -114,6 +116,12 @@ func TestModes(t *testing.T) {
 				// The passive servers print the client's report (xchg_bw_reports);
 				// the send_bw server measures its own receives.
 				checkBW(t, s.Results[0], tc.size, 40, 1)
+				if c.Results[0].BW.PeakBytesPerSec == 0 {
+					t.Fatalf("client: no peak without -N or -D")
+				}
+				if tc.p.Mode == ModeSendBW && s.Results[0].BW.PeakBytesPerSec != 0 {
+					t.Fatalf("send_bw server: peak %v; perftest's prints 0.00", s.Results[0].BW.PeakBytesPerSec)
+				}
 				if tc.p.Mode.oneSided() && s.Results[0].BW.BytesPerSec != c.Results[0].BW.BytesPerSec {
 					t.Fatalf("server shows %v B/s, client measured %v", s.Results[0].BW.BytesPerSec, c.Results[0].BW.BytesPerSec)
 				}
@@ -340,6 +348,15 @@ func TestMultiQP(t *testing.T) {
 			}
 			checkBW(t, c.Results[0], 2048, 250, 4)
 			checkBW(t, s.Results[0], 2048, 250, 4)
+			// perftest's #iterations counts every QP's messages
+			// (ib_write_bw -q 4 -n 200 prints 800), on both sides.
+			for _, r := range []*Report{c, s} {
+				var b strings.Builder
+				PrintResult(&b, r, r.Results[0])
+				if f := strings.Fields(b.String()); len(f) < 2 || f[1] != "1000" {
+					t.Fatalf("result line %q: want 1000 iterations (250 on each of 4 QPs)", b.String())
+				}
+			}
 		})
 	}
 }

@@ -115,13 +115,24 @@ func PrintResult(w io.Writer, r *Report, res Result) {
 		f := mbFactor(r.Params.ReportGbits)
 		b := res.BW
 		fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n",
-			b.Size, b.Iters, b.PeakBytesPerSec/f, b.BytesPerSec/f, b.MsgPerSec/1e6)
+			b.Size, reportIters(r.Params, b), b.PeakBytesPerSec/f, b.BytesPerSec/f, b.MsgPerSec/1e6)
 		return
 	}
 	l := res.Lat
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
 	fmt.Fprintf(w, " %-7d %-10d     %-7.2f        %-7.2f      %-7.2f     \t%-7.2f     \t%-7.2f     \t\t%-7.2f     \t\t%-7.2f\n",
 		l.Size, l.Iters, us(l.Min), us(l.Max), us(l.Typical), us(l.Avg), us(l.Stdev), us(l.P99), us(l.P999))
+}
+
+// reportIters is perftest's #iterations of a bandwidth result, also the
+// iterations of its report to the peer: with -n, every QP's messages
+// (print_report_bw multiplies by num_of_qps: ib_write_bw -q 4 -n 200 prints
+// 800, in the interop captures); with -D, the count per QP.
+func reportIters(p Params, b BWResult) int {
+	if p.Duration > 0 {
+		return b.Iters
+	}
+	return b.Messages
 }
 
 // PrintFooter ends the table, and prints the ceiling ratio when measured.
