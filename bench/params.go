@@ -114,10 +114,11 @@ var ErrParams = errors.New("bench: invalid parameters")
 // Perftest's defaults (perftest_parameters.h).
 const (
 	DefaultPort      = exchange.DefaultPort
-	DefaultTxDepth   = 128 // DEF_TX_BW
-	DefaultRxDepth   = 512 // DEF_RX_SEND
-	DefaultCQMod     = 100 // DEF_CQ_MOD
-	DefaultTimeout   = 14  // DEF_QP_TIME: 4.096 us * 2^14 = 67 ms
+	DefaultTxDepth   = 128  // DEF_TX_BW
+	DefaultRxDepth   = 512  // DEF_RX_SEND
+	DefaultCQMod     = 100  // DEF_CQ_MOD
+	cqModSizeLimit   = 8192 // MSG_SIZE_CQ_MOD_LIMIT
+	DefaultTimeout   = 14   // DEF_QP_TIME: 4.096 us * 2^14 = 67 ms
 	DefaultMaxSize   = 1 << 23
 	defaultCycleBuf  = 4096
 	defaultCacheLine = 64
@@ -257,8 +258,18 @@ func (p *Params) Normalize() error {
 	if p.TxDepth < 1 || p.TxDepth > 1<<14 || p.RxDepth < 1 || p.RxDepth > 1<<14 {
 		return fmt.Errorf("%w: queue depths -t %d -r %d out of [1, 16384]", ErrParams, p.TxDepth, p.RxDepth)
 	}
+	if p.Duration == 0 {
+		// force_dependecies: no deeper than the messages to send.
+		p.TxDepth = min(p.TxDepth, p.Iters)
+	}
 	if p.CQMod == 0 {
 		p.CQMod = DefaultCQMod
+		// force_dependecies: perftest signals every WR of messages over
+		// MSG_SIZE_CQ_MOD_LIMIT (8 KiB) unless -Q was given, -a runs, so
+		// its "CQ Moderation" reads 1 at 64 KiB (interop logs).
+		if p.Size > cqModSizeLimit && !p.All {
+			p.CQMod = 1
+		}
 	}
 	if p.CQMod < 1 {
 		return fmt.Errorf("%w: CQ moderation %d", ErrParams, p.CQMod)

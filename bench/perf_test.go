@@ -473,6 +473,35 @@ func TestJSONAndCSV(t *testing.T) {
 	}
 }
 
+// TestCQModDefaults: perftest's force_dependecies signals every WR of
+// messages over 8 KiB unless -Q is given or -a runs, and caps the TX depth
+// at -n (its "CQ Moderation : 1" at 64 KiB in the interop logs).
+func TestCQModDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		p         Params
+		tx, cqMod int
+	}{
+		{Params{Mode: ModeWriteBW}, 128, 1},
+		{Params{Mode: ModeWriteBW, Size: 8192}, 128, 100},
+		{Params{Mode: ModeWriteBW, Size: 8193, CQMod: 50}, 128, 50},
+		{Params{Mode: ModeWriteBW, All: true}, 128, 100},
+		{Params{Mode: ModeSendBW, Size: 16384, Iters: 50}, 50, 1},
+		{Params{Mode: ModeSendBW, Size: 64, Iters: 50}, 50, 50},
+		{Params{Mode: ModeWriteBW, Size: 64, Iters: 50, Duration: time.Second}, 128, 100},
+	} {
+		p := tc.p
+		if err := p.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		if p.TxDepth != tc.tx || p.CQMod != tc.cqMod {
+			t.Errorf("%+v: TX depth %d, CQ moderation %d; want %d, %d", tc.p, p.TxDepth, p.CQMod, tc.tx, tc.cqMod)
+		}
+		if err := p.Normalize(); err != nil || p.TxDepth != tc.tx || p.CQMod != tc.cqMod {
+			t.Errorf("%+v normalized twice: %d, %d, %v", tc.p, p.TxDepth, p.CQMod, err)
+		}
+	}
+}
+
 // TestTextLayout checks perftest's header and table lines.
 func TestTextLayout(t *testing.T) {
 	c, _ := loopback(t, Params{Mode: ModeReadBW, Iters: 10, Size: 64})
@@ -486,8 +515,10 @@ func TestTextLayout(t *testing.T) {
 		" Dual-port       : OFF\t\tDevice         : goroce",
 		" Number of qps   : 1\t\tTransport type : IB\n",
 		" Connection type : RC\t\tUsing SRQ      : OFF\n",
-		" TX depth        : 128\n",
-		" CQ Moderation   : 100\n",
+		" PCIe relax order: OFF\n",
+		" ibv_wr* API     : OFF\n",
+		" TX depth        : 10\n", // perftest: no deeper than -n
+		" CQ Moderation   : 10\n", // and no more than the TX depth
 		" Mtu             : 4096[B]\n",
 		" Link type       : Ethernet\n",
 		" GID index       : 0\n",

@@ -33,10 +33,15 @@ func PrintHeader(w io.Writer, r *Report) {
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", r.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", p.QPs)
 	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
-	if r.Client || !p.Mode.IsBW() {
+	// perftest 6.06 prints whether its MRs ask for PCIe relaxed ordering
+	// and whether it posts through the ibv_wr_* API: neither applies to a
+	// software HCA.
+	fmt.Fprintf(w, " PCIe relax order: OFF\n")
+	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
+	if r.Client || !p.Mode.IsBW() || p.Duplex {
 		fmt.Fprintf(w, " TX depth        : %d\n", p.TxDepth)
 	}
-	if p.Mode.isSend() && (!r.Client || !p.Mode.IsBW()) {
+	if p.Mode.isSend() && (!r.Client || !p.Mode.IsBW() || p.Duplex) {
 		fmt.Fprintf(w, " RX depth        : %d\n", min(p.RxDepth, p.Iters))
 	}
 	if p.Mode.IsBW() {

@@ -73,7 +73,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.StringVar(&o.atomic, "A", "FETCH_AND_ADD", "atomic_bw operation: FETCH_AND_ADD or CMP_AND_SWAP")
 	fs.IntVar(&p.TxDepth, "t", 0, "TX `DEPTH` (default 128 for bw, 1 for lat)")
 	fs.IntVar(&p.RxDepth, "r", 0, "RX `DEPTH` of send tests (default 512)")
-	fs.IntVar(&p.CQMod, "Q", 0, "CQ moderation: one signaled WR in `N` (default 100)")
+	fs.IntVar(&p.CQMod, "Q", 0, "CQ moderation: one signaled WR in `N` (default 100, capped at the TX depth; 1 for messages over 8 KiB without -a, as perftest)")
 	fs.IntVar(&p.OutReads, "o", 0, "`N` outstanding RDMA READs or atomics per QP, read and atomic modes (default: the device's max_qp_rd_atom)")
 	fs.IntVar(&p.OutReads, "outs", 0, "same as -o")
 	fs.BoolVar(&p.NoPeak, "N", false, "print no peak bandwidth (perftest's --noPeak; always with -D, as perftest)")
