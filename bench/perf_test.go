@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -533,6 +534,53 @@ func TestTextLayout(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestTextLayoutPerTool: where perftest 6.06's tools differ from each
+// other (interop logs of the real tools next to goroce's).
+func TestTextLayoutPerTool(t *testing.T) {
+	text := func(r *Report) string {
+		var b bytes.Buffer
+		PrintHeader(&b, r)
+		for _, res := range r.Results {
+			if !res.Passive {
+				PrintResult(&b, r, res)
+			}
+		}
+		PrintFooter(&b, r)
+		return b.String()
+	}
+	line := resultLine + "\n"
+	c, s := loopback(t, Params{Mode: ModeAtomicBW, Iters: 10})
+	for _, r := range []*Report{c, s} {
+		if out := text(r); strings.Contains(out, " OUT 0x") || strings.Contains(out, " RKey 0x") {
+			t.Errorf("atomic_bw address lines carry OUT/RKey:\n%s", out)
+		}
+	}
+	if out := text(c); !strings.HasPrefix(out, line+line) {
+		t.Errorf("atomic_bw client: want two RESULT_LINEs first:\n%s", out)
+	}
+	c, s = loopback(t, Params{Mode: ModeReadLat, Iters: 10})
+	if out := text(s); strings.Contains(out, "#bytes") || !regexp.MustCompile(` GID: [0-9:]+\n`+line+`$`).MatchString(out) {
+		t.Errorf("read_lat server: want no table, the addresses last:\n%s", out)
+	}
+	if out := text(c); !strings.Contains(out, " OUT 0x80 RKey 0x") || !strings.Contains(out, "#bytes #iterations") {
+		t.Errorf("read_lat client:\n%s", out)
+	}
+	c, s = loopback(t, Params{Mode: ModeSendLat, Iters: 10})
+	if out := text(c); strings.Contains(out, "RX depth") || !strings.Contains(out, " TX depth        : 1\n") {
+		t.Errorf("send_lat client: want a TX depth and no RX depth:\n%s", out)
+	}
+	if out := text(s); strings.Contains(out, "TX depth") || !strings.Contains(out, " RX depth        : 10\n") {
+		t.Errorf("send_lat server: want an RX depth and no TX depth:\n%s", out)
+	}
+	for m, want := range map[Mode]string{ModeReadBW: line + "\n****", ModeWriteBW: "\n****"} {
+		var b bytes.Buffer
+		PrintWaiting(&b, m)
+		if !strings.HasPrefix(b.String(), want) {
+			t.Errorf("%v server's first lines %q", m, b.String())
 		}
 	}
 }

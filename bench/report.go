@@ -19,6 +19,9 @@ const resultLine = "------------------------------------------------------------
 // local/remote address lines (ctx_print_pingpong_data) for r.
 func PrintHeader(w io.Writer, r *Report) {
 	p := &r.Params
+	if r.Client && p.Mode.usesRd() {
+		fmt.Fprintln(w, resultLine) // see PrintWaiting
+	}
 	fmt.Fprintln(w, resultLine)
 	title := p.Mode.verb() + " "
 	if p.Mode.atomic() {
@@ -38,10 +41,13 @@ func PrintHeader(w io.Writer, r *Report) {
 	// software HCA.
 	fmt.Fprintf(w, " PCIe relax order: OFF\n")
 	fmt.Fprintf(w, " ibv_wr* API     : OFF\n")
-	if r.Client || !p.Mode.IsBW() || p.Duplex {
+	// The interop logs: only a client (or a -b side) prints its TX
+	// depth, only a SEND server (or a -b side) its RX depth, latency
+	// tests included.
+	if r.Client || p.Duplex {
 		fmt.Fprintf(w, " TX depth        : %d\n", p.TxDepth)
 	}
-	if p.Mode.isSend() && (!r.Client || !p.Mode.IsBW() || p.Duplex) {
+	if p.Mode.isSend() && (!r.Client || p.Duplex) {
 		fmt.Fprintf(w, " RX depth        : %d\n", min(p.RxDepth, p.Iters))
 	}
 	if p.Mode.IsBW() {
@@ -66,6 +72,9 @@ func PrintHeader(w io.Writer, r *Report) {
 		printDest(w, "remote", d, p.Mode)
 	}
 	fmt.Fprintln(w, resultLine)
+	if passiveReadLat(r) {
+		return // ib_read_lat's server prints no table
+	}
 	if p.Mode.IsBW() {
 		if p.ReportGbits {
 			fmt.Fprintln(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]")
@@ -75,6 +84,22 @@ func PrintHeader(w io.Writer, r *Report) {
 	} else {
 		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
 	}
+}
+
+// passiveReadLat reports whether r is ib_read_lat's server side, which
+// measures nothing and prints no table.
+func passiveReadLat(r *Report) bool { return r.Params.Mode == ModeReadLat && !r.Client }
+
+// PrintWaiting prints what perftest's server prints before a client
+// connects. ib_read_bw, ib_read_lat and ib_atomic_bw print one more
+// RESULT_LINE first, on both sides (the interop logs of perftest 6.06).
+func PrintWaiting(w io.Writer, m Mode) {
+	if m.usesRd() {
+		fmt.Fprintln(w, resultLine)
+	}
+	fmt.Fprintln(w, "\n************************************")
+	fmt.Fprintln(w, "* Waiting for client to connect... *")
+	fmt.Fprintln(w, "************************************")
 }
 
 func outReads(ds []exchange.PerftestDest) int {
@@ -87,10 +112,12 @@ func outReads(ds []exchange.PerftestDest) int {
 // printDest is ctx_print_pingpong_data for RoCE (GID form).
 func printDest(w io.Writer, side string, d exchange.PerftestDest, m Mode) {
 	fmt.Fprintf(w, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(d.LID), 4), cHex(uint64(d.QPN), 6), cHex(uint64(d.PSN), 6))
-	if m.usesRd() {
+	// ib_atomic_bw prints neither (interop logs), the read tools both,
+	// the write tools the key and address.
+	if m.isRead() {
 		fmt.Fprintf(w, " OUT %s", cHex(uint64(d.OutReads), 4))
 	}
-	if !m.isSend() {
+	if !m.isSend() && !m.atomic() {
 		fmt.Fprintf(w, " RKey %s VAddr %s", cHex(uint64(d.RKey), 8), cHex(d.VAddr, 16))
 	}
 	fmt.Fprintln(w)
@@ -142,6 +169,9 @@ func reportIters(p Params, b BWResult) int {
 
 // PrintFooter ends the table, and prints the ceiling ratio when measured.
 func PrintFooter(w io.Writer, r *Report) {
+	if passiveReadLat(r) {
+		return
+	}
 	fmt.Fprintln(w, resultLine)
 	if c := r.Ceiling; c != nil {
 		fmt.Fprintf(w, " Raw UDP path ceiling: %d-byte datagrams, %.0f/s delivered = %.2f MB/sec of %d-byte payloads\n",

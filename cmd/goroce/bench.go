@@ -464,9 +464,7 @@ func benchPeer(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer
 			return nil, fmt.Errorf("listening on TCP port %s: %w", port, err)
 		}
 		if out.text() {
-			fmt.Fprintln(out.w, "\n************************************")
-			fmt.Fprintln(out.w, "* Waiting for client to connect... *")
-			fmt.Fprintln(out.w, "************************************")
+			bench.PrintWaiting(out.w, o.p.Mode)
 		}
 		conn, err = ln.Accept()
 		ln.Close()
