@@ -237,9 +237,6 @@ func (p *Params) Normalize() error {
 	if p.Duplex && !p.Mode.IsBW() {
 		return fmt.Errorf("%w: -b (bidirectional) applies to the bandwidth modes", ErrParams)
 	}
-	if p.Duplex && p.All {
-		return fmt.Errorf("%w: -b with -a is not implemented: give one size (-s)", ErrParams)
-	}
 	if p.Duration > 0 {
 		p.NoPeak = true // perftest: no peak in duration mode (its BW peak column reads 0.00)
 	}

@@ -134,14 +134,29 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 		}
 		return r, nil
 	}
+	// sum is print_full_bw_report(my, rem): the rates add up; size and
+	// iterations are this side's.
+	sum := func(my Result, rr exchange.BWReport) {
+		r := remoteResult(rep.Params, rr)
+		b := my.BW
+		b.BytesPerSec += r.BW.BytesPerSec
+		b.PeakBytesPerSec += r.BW.PeakBytesPerSec
+		b.MsgPerSec += r.BW.MsgPerSec
+		add(Result{BW: b})
+	}
 	tool := p.Mode.Tool()
-	if p.All && p.Mode.isSend() {
-		return rep, runAllSend(sess, steps, sizes, p.Mode, func(size int) error {
-			if err := s.Ready(size); err != nil {
-				return err
+	// s is set by steps.Setup, later: not a method value here.
+	ready := func(size int) error { return s.Ready(size) }
+	if p.All && p.Duplex {
+		return rep, runAllDuplex(sess, steps, sizes, p.Mode, ready, func(size int) (exchange.BWReport, error) {
+			if _, err := runSize(size); err != nil {
+				return exchange.BWReport{}, err
 			}
-			return nil
-		}, runSize)
+			return bwReport(rep.Params, local.BW), nil
+		}, func(rr exchange.BWReport) { sum(local, rr) })
+	}
+	if p.All && p.Mode.isSend() {
+		return rep, runAllSend(sess, steps, sizes, p.Mode, ready, runSize)
 	}
 	steps.Ready = func() error {
 		if p.Mode.isSend() {
@@ -175,14 +190,7 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	}
 	switch {
 	case sumLater:
-		// print_full_bw_report(my, rem): the rates add up; size and
-		// iterations are this side's.
-		r := remoteResult(rep.Params, res.RemoteReport)
-		b := local.BW
-		b.BytesPerSec += r.BW.BytesPerSec
-		b.PeakBytesPerSec += r.BW.PeakBytesPerSec
-		b.MsgPerSec += r.BW.MsgPerSec
-		add(Result{BW: b})
+		sum(local, res.RemoteReport)
 	case tool.ExchangesReports() && !client:
 		// The passive server prints the client's report.
 		rep.Results = rep.Results[:0]
@@ -234,6 +242,51 @@ func runAllSend(sess *exchange.PerftestSession, st exchange.Steps, sizes []int, 
 			return err
 		}
 		if mode == ModeSendBW {
+			if _, err := sess.HandShake(local[0]); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = sess.CloseConnection(local[0])
+	return err
+}
+
+// runAllDuplex is -a with -b, per size as write_bw.c/read_bw.c and
+// send_bw.c run it (RUN_ALL, duplex): after Establish, Ready (the
+// receives of send_bw), a start hand-shake, both sides' traffic, then for
+// write/read a hand-shake (perftest >= 4.6) before the reports are
+// swapped, for send_bw the swap (not with -D, which -a excludes) before a
+// closing hand-shake; ctx_close_connection follows the last size. report
+// receives the peer's report of each size.
+func runAllDuplex(sess *exchange.PerftestSession, st exchange.Steps, sizes []int, mode Mode, ready func(int) error,
+	run func(int) (exchange.BWReport, error), report func(exchange.BWReport)) error {
+	res, err := sess.Establish(mode.Tool(), st)
+	if err != nil {
+		return err
+	}
+	local := res.Local
+	for _, size := range sizes {
+		if err := ready(size); err != nil {
+			return err
+		}
+		if _, err := sess.HandShake(local[0]); err != nil {
+			return err
+		}
+		my, err := run(size)
+		if err != nil {
+			return err
+		}
+		if !mode.isSend() {
+			if _, err := sess.HandShake(local[0]); err != nil {
+				return err
+			}
+		}
+		rr, err := sess.XchgBWReports(my)
+		if err != nil {
+			return err
+		}
+		report(rr)
+		if mode.isSend() {
 			if _, err := sess.HandShake(local[0]); err != nil {
 				return err
 			}

@@ -143,6 +143,9 @@ func TestDuplex(t *testing.T) {
 		{Mode: ModeWriteBW, Iters: 300, Size: 9000, Duplex: true},
 		{Mode: ModeReadBW, Iters: 300, Size: 3000, Duplex: true, QPs: 2},
 		{Mode: ModeAtomicBW, Iters: 300, Duplex: true},
+		{Mode: ModeWriteBW, Iters: 20, Duplex: true, All: true, MaxSize: 1 << 13},
+		{Mode: ModeSendBW, Iters: 20, Duplex: true, All: true, MaxSize: 1 << 13},
+		{Mode: ModeReadBW, Iters: 20, Duplex: true, All: true, MaxSize: 1 << 13, QPs: 2},
 	} {
 		t.Run(p.Mode.String(), func(t *testing.T) {
 			da, db := memPair(t)
@@ -150,19 +153,33 @@ func TestDuplex(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			size := max(p.Size, 8)
+			n := p
+			if err := n.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			sizes := n.Sizes()
 			for _, r := range []*Report{c, s} {
-				if len(r.Results) != 1 {
-					t.Fatalf("%d results, want 1", len(r.Results))
+				if len(r.Results) != len(sizes) {
+					t.Fatalf("%d results, want %d", len(r.Results), len(sizes))
 				}
-				checkBW(t, r.Results[0], size, p.Iters, max(p.QPs, 1))
+				for i, size := range sizes {
+					checkBW(t, r.Results[i], size, p.Iters, max(p.QPs, 1))
+				}
 			}
 			// Each side's figure is its own plus the other's: equal sums.
-			cb, sb := c.Results[0].BW, s.Results[0].BW
-			if math.Abs(cb.BytesPerSec-sb.BytesPerSec) > 1e-9*cb.BytesPerSec || math.Abs(cb.MsgPerSec-sb.MsgPerSec) > 1e-9*cb.MsgPerSec {
-				t.Fatalf("client reports %v B/s %v msg/s, server %v and %v: both should show the sum",
-					cb.BytesPerSec, cb.MsgPerSec, sb.BytesPerSec, sb.MsgPerSec)
+			for i := range sizes {
+				cb, sb := c.Results[i].BW, s.Results[i].BW
+				if math.Abs(cb.BytesPerSec-sb.BytesPerSec) > 1e-9*cb.BytesPerSec || math.Abs(cb.MsgPerSec-sb.MsgPerSec) > 1e-9*cb.MsgPerSec {
+					t.Fatalf("size %d: client reports %v B/s %v msg/s, server %v and %v: both should show the sum",
+						cb.Size, cb.BytesPerSec, cb.MsgPerSec, sb.BytesPerSec, sb.MsgPerSec)
+				}
 			}
+			var b strings.Builder
+			PrintHeader(&b, c)
+			if !strings.Contains(b.String(), " Bidirectional BW Test\n") {
+				t.Fatalf("header without perftest's -b title:\n%s", b.String())
+			}
+			size := sizes[len(sizes)-1]
 			// Both directions carried the messages: each device sent at
 			// least their bytes (one-way, the server would send ACKs only;
 			// a READ's data comes back from the other side).
@@ -183,7 +200,7 @@ func TestDuplex(t *testing.T) {
 	if c.Results[0].BW.Messages == 0 || s.Results[0].BW.Messages == 0 {
 		t.Fatalf("-D 1 -b: client %+v server %+v", c.Results[0].BW, s.Results[0].BW)
 	}
-	for _, p := range []Params{{Mode: ModeSendLat, Duplex: true}, {Mode: ModeWriteBW, Duplex: true, All: true}} {
+	for _, p := range []Params{{Mode: ModeSendLat, Duplex: true}, {Mode: ModeReadLat, Duplex: true}} {
 		if err := p.Normalize(); !errors.Is(err, ErrParams) {
 			t.Errorf("%+v: %v, want ErrParams", p, err)
 		}

@@ -27,6 +27,9 @@ func PrintHeader(w io.Writer, r *Report) {
 	if p.Mode.atomic() {
 		title += p.Atomic.String() + " "
 	}
+	if p.Duplex {
+		title += "Bidirectional "
+	}
 	if p.Mode.IsBW() {
 		title += "BW Test"
 	} else {

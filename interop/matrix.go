@@ -291,6 +291,10 @@ var Matrix = []Case{
 		note("-b: both sides read at once")),
 	pt("atomic_bw_bidir", "ib_atomic_bw", "atomic_bw", "-b -n 500",
 		[]string{"RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"}, note("-b: both sides fetch-and-add at once")),
+	pt("write_bw_bidir_all", "ib_write_bw", "write_bw", "-b -a -n 5", writeFML,
+		note("-b -a: per size a start and an end hand-shake, then the reports")),
+	pt("send_bw_bidir_all", "ib_send_bw", "send_bw", "-b -a -n 5", sendFML,
+		note("-b -a: per size the receives, a hand-shake, the reports, a hand-shake")),
 }
 
 // SmokeCases are the cases `make interop-smoke` runs.

@@ -152,8 +152,9 @@
 // PerftestSession.Establish. -b (--bidirectional, duplex) of the
 // bandwidth tools is Steps.Duplex: a start hand-shake, both sides' traffic,
 // then the report swap (send_bw skips it with -D) and ctx_close_connection,
-// as write_bw.c and send_bw.c run it with one size; -b with -a and -R
-// (RDMA-CM, whose setup travels in CM MADs) are not modelled.
+// as write_bw.c and send_bw.c run it with one size; package bench drives
+// -b with -a per size on top of Establish. -R (RDMA-CM, whose setup
+// travels in CM MADs) is not modelled.
 //
 // Versions: we advertise DefaultVersion ("6.06"). perftest >= 6.28 only
 // runs its binary negotiate_params step when the peer's version is >= 6.28
