@@ -258,6 +258,7 @@ func FuzzDeliver4(f *testing.F) {
 			copy(d[16:20], dst.AsSlice())
 			binary.BigEndian.PutUint16(d[22:], 4791)
 			binary.BigEndian.PutUint16(d[24:], uint16(len(d)-ipv4Hdr))
+			wire.IPv4(d).SetChecksum(wire.IPv4(d).CalculateChecksum()) // as the IP layer checked it
 		}
 		r := &rxState{e: e}
 		total := 0
@@ -266,6 +267,9 @@ func FuzzDeliver4(f *testing.F) {
 			for i := range k {
 				if sizes[i] < 0 || sizes[i] > len(bufs[i]) {
 					t.Fatalf("frame %d: size %d, buffer %d", total+i, sizes[i], len(bufs[i]))
+				}
+				if h := wire.IPv4(bufs[i][:sizes[i]]); sizes[i] >= ipv4Hdr && !h.IsChecksumValid() {
+					t.Fatalf("frame %d: IPv4 header checksum %#04x does not verify", total+i, h.Checksum())
 				}
 			}
 			if total += k; total > 2*maxGSOSegments {
