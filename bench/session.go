@@ -505,10 +505,9 @@ func (s *Session) bwClient(ctx context.Context, size int) (BWResult, error) {
 // sendBidir is run_iter_bi, ib_send_bw -b: bwClient's sends, while the
 // peer's SENDs arrive on the same CQ and their receives are reposted as
 // sendServer does. The result counts this side's sends. It ends when every
-// send completed and every expected SEND arrived; with a Duration, when
-// the sends are done and the peer's have stopped for the grace second
-// sendServer also gives them (the peer's last SENDs need receives to
-// complete).
+// send completed and every expected SEND arrived; with a Duration, at the
+// deadline plus the grace second sendServer also gives, reposting
+// receives until then (the peer's last SENDs need them to complete).
 func (s *Session) sendBidir(ctx context.Context, size int) (BWResult, error) {
 	return s.bwLoop(ctx, size, true)
 }
