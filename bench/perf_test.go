@@ -179,6 +179,9 @@ func TestDuplex(t *testing.T) {
 			if !strings.Contains(b.String(), " Bidirectional BW Test\n") {
 				t.Fatalf("header without perftest's -b title:\n%s", b.String())
 			}
+			if j := ToJSON(c); !j.Bidirectional {
+				t.Fatalf("JSON report does not say bidirectional")
+			}
 			size := sizes[len(sizes)-1]
 			// Both directions carried the messages: each device sent at
 			// least their bytes (one-way, the server would send ACKs only;

@@ -193,19 +193,21 @@ func PrintFooter(w io.Writer, r *Report) {
 
 // JSONReport is the --json document.
 type JSONReport struct {
-	Mode       string  `json:"mode"`
-	Role       string  `json:"role"`
-	Device     string  `json:"device"`
-	Atomic     string  `json:"atomic,omitempty"`
-	QPs        int     `json:"qps"`
-	MTU        int     `json:"mtu"`
-	GIDIndex   int     `json:"gid_index"`
-	TxDepth    int     `json:"tx_depth"`
-	CQMod      int     `json:"cq_moderation,omitempty"`
-	DurationS  float64 `json:"duration_s,omitempty"`
-	Peer       string  `json:"peer_version"`
-	LocalQPNs  []int   `json:"local_qpns"`
-	RemoteQPNs []int   `json:"remote_qpns"`
+	Mode     string `json:"mode"`
+	Role     string `json:"role"`
+	Device   string `json:"device"`
+	Atomic   string `json:"atomic,omitempty"`
+	QPs      int    `json:"qps"`
+	MTU      int    `json:"mtu"`
+	GIDIndex int    `json:"gid_index"`
+	TxDepth  int    `json:"tx_depth"`
+	CQMod    int    `json:"cq_moderation,omitempty"`
+	// Bidirectional (-b): each result is the sum of both sides'.
+	Bidirectional bool    `json:"bidirectional,omitempty"`
+	DurationS     float64 `json:"duration_s,omitempty"`
+	Peer          string  `json:"peer_version"`
+	LocalQPNs     []int   `json:"local_qpns"`
+	RemoteQPNs    []int   `json:"remote_qpns"`
 	// Results: bandwidth in bytes/s (and MB/s as perftest prints, MB =
 	// 2^20), latency in microseconds.
 	Results          []JSONResult `json:"results"`
@@ -251,6 +253,7 @@ func ToJSON(r *Report) JSONReport {
 	}
 	if p.Mode.IsBW() {
 		j.CQMod = p.CQMod
+		j.Bidirectional = p.Duplex
 	}
 	for _, d := range r.Local {
 		j.LocalQPNs = append(j.LocalQPNs, int(d.QPN))
