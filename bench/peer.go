@@ -147,16 +147,11 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	tool := p.Mode.Tool()
 	// s is set by steps.Setup, later: not a method value here.
 	ready := func(size int) error { return s.Ready(size) }
-	if p.All && p.Duplex {
-		return rep, runAllDuplex(sess, steps, sizes, p.Mode, ready, func(size int) (exchange.BWReport, error) {
-			if _, err := runSize(size); err != nil {
-				return exchange.BWReport{}, err
-			}
-			return bwReport(rep.Params, local.BW), nil
+	if p.All && (p.Duplex || p.Mode.isSend()) {
+		return rep, runAll(sess, steps, sizes, p.Mode, p.Duplex, ready, func(size int) (exchange.BWReport, error) {
+			r, err := runSize(size)
+			return bwReport(rep.Params, r.BW), err
 		}, func(rr exchange.BWReport) { sum(local, rr) })
-	}
-	if p.All && p.Mode.isSend() {
-		return rep, runAllSend(sess, steps, sizes, p.Mode, ready, runSize)
 	}
 	steps.Ready = func() error {
 		if p.Mode.isSend() {
@@ -219,46 +214,20 @@ func remoteResult(p Params, rr exchange.BWReport) Result {
 	return r
 }
 
-// runAllSend is ib_send_bw / ib_send_lat with -a, which bench/exchange.Run
-// does not cover: after the connection hand-shakes (exchange's Establish),
-// per size the receives are posted, a hand-shake starts the size, the
-// traffic runs, and (send_bw only) another hand-shake ends it;
-// ctx_close_connection follows the last. Mirrors send_bw.c and send_lat.c
-// (RUN_ALL).
-func runAllSend(sess *exchange.PerftestSession, st exchange.Steps, sizes []int, mode Mode, ready func(int) error, runSize func(int) (Result, error)) error {
-	res, err := sess.Establish(mode.Tool(), st)
-	if err != nil {
-		return err
-	}
-	local := res.Local
-	for _, size := range sizes {
-		if err := ready(size); err != nil {
-			return err
-		}
-		if _, err := sess.HandShake(local[0]); err != nil {
-			return err
-		}
-		if _, err := runSize(size); err != nil {
-			return err
-		}
-		if mode == ModeSendBW {
-			if _, err := sess.HandShake(local[0]); err != nil {
-				return err
-			}
-		}
-	}
-	_, err = sess.CloseConnection(local[0])
-	return err
-}
-
-// runAllDuplex is -a with -b, per size as write_bw.c/read_bw.c and
-// send_bw.c run it (RUN_ALL, duplex): after Establish, Ready (the
-// receives of send_bw), a start hand-shake, both sides' traffic, then for
-// write/read a hand-shake (perftest >= 4.6) before the reports are
-// swapped, for send_bw the swap (not with -D, which -a excludes) before a
-// closing hand-shake; ctx_close_connection follows the last size. report
-// receives the peer's report of each size.
-func runAllDuplex(sess *exchange.PerftestSession, st exchange.Steps, sizes []int, mode Mode, ready func(int) error,
+// runAll is -a where bench/exchange.Run does not cover it: ib_send_bw and
+// ib_send_lat (send_bw.c, send_lat.c RUN_ALL), and -b (duplex) of the
+// bandwidth tools (write_bw.c, read_bw.c, send_bw.c RUN_ALL with duplex).
+// After the connection hand-shakes (exchange's Establish), per size:
+// ready (the receives of SEND tests), a hand-shake that starts the size,
+// the traffic (run), then
+//
+//	send_bw, send_lat:  a hand-shake that ends the size (send_bw only)
+//	send_bw -b:         the reports swapped, then that hand-shake
+//	write/read_bw -b:   a hand-shake (perftest >= 4.6), the reports swapped
+//
+// and ctx_close_connection after the last size. report receives the
+// peer's report of each size (-b only).
+func runAll(sess *exchange.PerftestSession, st exchange.Steps, sizes []int, mode Mode, duplex bool, ready func(int) error,
 	run func(int) (exchange.BWReport, error), report func(exchange.BWReport)) error {
 	res, err := sess.Establish(mode.Tool(), st)
 	if err != nil {
@@ -276,17 +245,19 @@ func runAllDuplex(sess *exchange.PerftestSession, st exchange.Steps, sizes []int
 		if err != nil {
 			return err
 		}
-		if !mode.isSend() {
+		if duplex && !mode.isSend() {
 			if _, err := sess.HandShake(local[0]); err != nil {
 				return err
 			}
 		}
-		rr, err := sess.XchgBWReports(my)
-		if err != nil {
-			return err
+		if duplex {
+			rr, err := sess.XchgBWReports(my)
+			if err != nil {
+				return err
+			}
+			report(rr)
 		}
-		report(rr)
-		if mode.isSend() {
+		if mode == ModeSendBW {
 			if _, err := sess.HandShake(local[0]); err != nil {
 				return err
 			}
