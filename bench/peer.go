@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/bench/exchange"
@@ -304,6 +305,9 @@ func RunLoopback(ctx context.Context, devClient, devServer *hca.Device, p Params
 		err error
 	}
 	srv := make(chan out, 1)
+	// srvFailed: the server failed first and cancelled the client, whose
+	// error (a dead exchange) is then only the consequence.
+	var srvFailed atomic.Bool
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
@@ -313,6 +317,7 @@ func RunLoopback(ctx context.Context, devClient, devServer *hca.Device, p Params
 		defer c.Close()
 		r, err := RunPeer(ctx, devServer, c, false, p, Hooks{})
 		if err != nil {
+			srvFailed.Store(true)
 			cancel() // unblock the client
 		}
 		srv <- out{r, err}
@@ -330,6 +335,9 @@ func RunLoopback(ctx context.Context, devClient, devServer *hca.Device, p Params
 	}
 	c.Close()
 	so := <-srv
+	if cerr != nil && srvFailed.Load() && so.err != nil && !errors.Is(so.err, context.Canceled) {
+		return client, so.rep, fmt.Errorf("server: %w", so.err)
+	}
 	if cerr != nil {
 		return client, so.rep, fmt.Errorf("client: %w", cerr)
 	}

@@ -238,6 +238,18 @@ func TestOutReads(t *testing.T) {
 	}
 }
 
+// TestLoopbackNamesTheFailingSide: when the server fails on its own, the
+// client's broken exchange is only the consequence; RunLoopback reports
+// the server's error.
+func TestLoopbackNamesTheFailingSide(t *testing.T) {
+	da, db := memPair(t)
+	db.Close() // the server's device: only the server can fail
+	_, _, err := RunLoopback(testCtx(t), da, db, Params{Mode: ModeReadBW}, Hooks{})
+	if err == nil || !strings.HasPrefix(err.Error(), "server: ") {
+		t.Fatalf("RunLoopback with the server's device closed: %v; want the server's error", err)
+	}
+}
+
 // connected returns two Sessions of p connected in memory (no TCP), as the
 // Go benchmarks use them.
 func connected(t testing.TB, da, db *hca.Device, p Params) (cli, srv *Session) {
