@@ -22,8 +22,8 @@ import (
 // each 64-bit word as it is loaded (no masked copy; a stack copy passed to
 // crc32.Update would escape to the heap, because crc32 calls through a
 // function variable), then continues with crcUpdate (hash/crc32's
-// PCLMULQDQ folding, or the same tables where they are faster) in place
-// over the rest of the packet.
+// PCLMULQDQ folding, or, where they are faster, the same tables or the
+// table-free sparseUpdate) in place over the rest of the packet.
 
 // icrcSeedRoCE is the CRC-32 value of 8 bytes of 0xFF (= ^0xDEBB20E3).
 var icrcSeedRoCE = crc32.ChecksumIEEE([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
@@ -69,35 +69,51 @@ func init() {
 			crc16Slice8[k][i] = c
 		}
 	}
-	crcSlice8 = pickCRC()
+	crcImpl = pickCRC()
 }
 
-// crcSlice8 records which CRC-32 implementation crcUpdate runs; it is set
+// crcImpl records which CRC-32 implementation crcUpdate runs; it is set
 // once, by init.
-var crcSlice8 bool
+var crcImpl crcKind
+
+type crcKind uint8
+
+const (
+	crcLib    crcKind = iota // hash/crc32: carry-less multiply folding on amd64 and arm64
+	crcTables                // slice8Update
+	crcSparse                // sparseUpdate
+)
+
+var crcNames = [...]string{crcLib: "clmul", crcTables: "tables", crcSparse: "sparse"}
+
+// CRCImplementation names the CRC-32 implementation this process's ICRCs
+// run: "clmul" (hash/crc32), "tables" (slicing-by-8) or "sparse" (shifts
+// and XORs, no tables). It is for reports such as interop/tcgcost.
+func CRCImplementation() string { return crcNames[crcImpl] }
 
 // crcUpdate continues the CRC-32/IEEE value crc over p (crc32.Update with
-// crc32.IEEETable) with whichever of two implementations was faster on
+// crc32.IEEETable) with whichever of three implementations was fastest on
 // this machine when the package was initialized: hash/crc32's (carry-less
-// multiply folding on amd64 and arm64, ~10x the tables' speed on
-// hardware) or the slicing-by-8 tables above. Under emulation such as
-// qemu TCG, where the interop and bench-vs-rxe guests run, a carry-less
-// multiply is a call into the emulator's helpers and the tables win
-// (write_bw 64 KiB in the guest: about 20 % more with the tables).
+// multiply folding on amd64 and arm64, ~40x the tables' speed on hardware),
+// the slicing-by-8 tables above, or sparseUpdate's table-free reduction.
+// Under emulation such as qemu TCG, where the interop and bench-vs-rxe
+// guests run, a carry-less multiply is a call into the emulator's helpers
+// and each table load a software TLB lookup, and sparseUpdate wins.
 func crcUpdate(crc uint32, p []byte) uint32 {
-	if crcSlice8 {
+	switch crcImpl {
+	case crcTables:
 		return slice8Update(crc, p)
+	case crcSparse:
+		return sparseUpdate(crc, p)
 	}
 	return crc32.Update(crc, crc32.IEEETable, p)
 }
 
 // slice8Update is crc32.Update(crc, crc32.IEEETable, p) with the
 // slicing-by-8 tables. Each 8 bytes are one 64-bit load, and the loop takes
-// 16 bytes per turn: under TCG, where the tables run, every guest load and
-// loop instruction pays for its emulation. 6.1 guest, 63 packets of 1040
-// bytes: 104-105 µs against 124 µs for two 32-bit loads per 8 bytes and
-// one word per turn (natively the older form was ~20 % faster, but there
-// hash/crc32's CLMUL runs, ~10x either).
+// 16 bytes per turn: under TCG every guest load and loop instruction pays
+// for its emulation. 6.1 guest, 63 packets of 1040 bytes: 104-105 µs
+// against 124 µs for two 32-bit loads per 8 bytes and one word per turn.
 func slice8Update(crc uint32, p []byte) uint32 {
 	t := &crc32Slice8
 	crc = ^crc
@@ -122,41 +138,56 @@ func slice8Update(crc uint32, p []byte) uint32 {
 	return ^crc
 }
 
-// pickCRC times both implementations over a path-MTU payload (best of
-// three rounds each, so that one preemption does not decide) and keeps the
-// faster. GOROCE_CRC=clmul or =tables forces a choice.
-func pickCRC() bool {
-	switch os.Getenv("GOROCE_CRC") {
-	case "clmul":
-		return false
-	case "tables":
-		return true
+// pickCRC times the three implementations over a path-MTU payload (best of
+// three rounds each, interleaved, so that one preemption does not decide)
+// and returns the fastest. GOROCE_CRC=clmul, =tables or =sparse forces a
+// choice.
+func pickCRC() crcKind {
+	for k, name := range crcNames {
+		if os.Getenv("GOROCE_CRC") == name {
+			return crcKind(k)
+		}
 	}
 	buf := make([]byte, 4096)
 	for i := range buf {
 		buf[i] = byte(i * 7)
 	}
-	best := func(f func()) time.Duration {
-		d := time.Duration(math.MaxInt64)
-		for range 3 {
+	var sink uint32
+	run := [...]func(){
+		crcLib: func() {
+			for range 4 {
+				sink += crc32.Update(sink, crc32.IEEETable, buf)
+			}
+		},
+		crcTables: func() {
+			for range 4 {
+				sink += slice8Update(sink, buf)
+			}
+		},
+		crcSparse: func() {
+			for range 4 {
+				sink += sparseUpdate(sink, buf)
+			}
+		},
+	}
+	var best [len(run)]time.Duration
+	for i := range best {
+		best[i] = time.Duration(math.MaxInt64)
+	}
+	for range 3 {
+		for k, f := range run {
 			t0 := time.Now()
 			f()
-			d = min(d, time.Since(t0))
+			best[k] = min(best[k], time.Since(t0))
 		}
-		return d
 	}
-	var sink uint32
-	lib := best(func() {
-		for range 4 {
-			sink += crc32.Update(sink, crc32.IEEETable, buf)
+	pick := crcLib
+	for k := range best {
+		if best[k] < best[pick] {
+			pick = crcKind(k)
 		}
-	})
-	tables := best(func() {
-		for range 4 {
-			sink += slice8Update(sink, buf)
-		}
-	})
-	return tables < lib
+	}
+	return pick
 }
 
 // CRC16IB returns the InfiniBand variant CRC of b: CRC-16 with polynomial

@@ -1,7 +1,8 @@
 // Command tcgcost measures, in the machine it runs on, what one 64 KiB RDMA
 // message costs per operation: a Go copy (goroce's MR <-> frame copies),
 // goroce's ICRC (wire.Finish over 16 RoCEv2 packets of 4 KiB, whichever CRC
-// implementation wire picked at start-up), hash/crc32 with the CPU's
+// implementation wire picked at start-up, named in the row; GOROCE_CRC
+// forces one), hash/crc32 with the CPU's
 // carry-less multiply, and the kernel's copy of a 64 KiB datagram into and
 // out of a socket (an AF_UNIX socketpair: one send, one receive). It exists
 // for the TCG guest of bench-vs-rxe.sh, where instruction costs differ from
@@ -90,7 +91,7 @@ func run() error {
 	}
 	ops := []*op{
 		{name: "Go copy (memmove)", f: func() error { copy(dst, src); return nil }},
-		{name: "goroce ICRC (wire.Finish x16)", f: func() error {
+		{name: "goroce ICRC (wire.Finish x16, " + wire.CRCImplementation() + ")", f: func() error {
 			for i := 0; i < msg/pmtu; i++ {
 				if _, err := wire.Finish(frame, hr, bth.HeaderLen+pmtu, wire.FramingIP, &a); err != nil {
 					return err
@@ -203,9 +204,9 @@ func run() error {
 	}
 	for _, o := range ops {
 		if o.per == 0 {
-			fmt.Printf("%-32s %9.1f us per 64 KiB\n", o.name, o.best)
+			fmt.Printf("%-40s %9.1f us per 64 KiB\n", o.name, o.best)
 		} else {
-			fmt.Printf("%-32s %9.1f ns each\n", o.name, o.best*1e3/float64(o.per))
+			fmt.Printf("%-40s %9.1f ns each\n", o.name, o.best*1e3/float64(o.per))
 		}
 	}
 	_, _ = sink, when
