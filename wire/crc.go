@@ -101,12 +101,14 @@ func CRCImplementation() string { return crcNames[crcImpl] }
 // and each table load a software TLB lookup, and sparseUpdate wins.
 func crcUpdate(crc uint32, p []byte) uint32 {
 	switch crcImpl {
-	case crcTables:
-		return slice8Update(crc, p)
+	case crcLib:
+		return crc32.Update(crc, crc32.IEEETable, p)
 	case crcSparse:
-		return sparseUpdate(crc, p)
+		if len(p) >= sparseMin {
+			return sparseUpdate(crc, p)
+		}
 	}
-	return crc32.Update(crc, crc32.IEEETable, p)
+	return slice8Update(crc, p)
 }
 
 // slice8Update is crc32.Update(crc, crc32.IEEETable, p) with the
