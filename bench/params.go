@@ -8,6 +8,7 @@ import (
 
 	"github.com/goroce/goroce/bench/exchange"
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
 )
 
 // Mode is one of the seven perftest tests goroce bench runs.
@@ -122,8 +123,11 @@ const (
 	DefaultMaxSize   = 1 << 23
 	defaultCycleBuf  = 4096
 	defaultCacheLine = 64
-	minRNRTimer      = 12 // MIN_RNR_TIMER: 0.64 ms
-	retryCount       = 7  // perftest's retry_cnt and rnr_retry: 7 is "infinite" for RNR
+	minRNRTimer      = 12         // MIN_RNR_TIMER: 0.64 ms
+	maxRxUnreliable  = 16000      // UC_MAX_RX: the RX depth cap of UC and UD
+	qkey             = 0x11111111 // DEF_QKEY of every UD QP
+	udGRH            = 40         // UD_ADDITION: a UD receive's room for the GRH
+	retryCount       = 7          // perftest's retry_cnt and rnr_retry: 7 is "infinite" for RNR
 	hopLimit         = 0xFF
 )
 
@@ -179,6 +183,21 @@ type Params struct {
 	// and each reports the sum of both directions (bandwidth modes, one
 	// size).
 	Duplex bool
+	// Conn is the transport (-c): hca.RC (the default), hca.UC (send and
+	// write modes) or hca.UD (send modes; messages of at most the path
+	// MTU, which perftest's check_mtu enforces once the MTU is agreed:
+	// FitUD).
+	Conn hca.QPType
+
+	// sizeGiven records an explicit -s (Size set before Normalize): a UD
+	// run then refuses a size above the MTU rather than shrinking it.
+	sizeGiven bool
+	// rxGiven records an explicit -r (perftest raises only the default
+	// RX depth of UC and UD runs).
+	rxGiven bool
+	// normalized: Normalize ran (it runs again on a copy, which must not
+	// take its own defaults for the user's flags).
+	normalized bool
 }
 
 // Normalize fills defaults and validates p.
@@ -186,6 +205,25 @@ func (p *Params) Normalize() error {
 	if !p.Mode.Valid() {
 		return fmt.Errorf("%w: no mode", ErrParams)
 	}
+	if p.Conn == 0 {
+		p.Conn = hca.RC
+	}
+	switch {
+	case p.Conn != hca.RC && p.Conn != hca.UC && p.Conn != hca.UD:
+		return fmt.Errorf("%w: connection type %v: want RC, UC or UD", ErrParams, p.Conn)
+	case p.Conn == hca.UC && p.Mode.usesRd():
+		// perftest's change_conn_type, word for word.
+		return fmt.Errorf("%w: UC connection not possible in READ/ATOMIC verbs", ErrParams)
+	case p.Conn == hca.UD && !p.Mode.isSend():
+		return fmt.Errorf("%w: UD connection only possible in SEND verb", ErrParams)
+	}
+	if p.Size != 0 && !p.normalized {
+		p.sizeGiven = true
+	}
+	if p.RxDepth != 0 && !p.normalized {
+		p.rxGiven = true
+	}
+	p.normalized = true
 	if p.Size == 0 {
 		p.Size = 65536
 		if !p.Mode.IsBW() {
@@ -252,6 +290,11 @@ func (p *Params) Normalize() error {
 	if p.RxDepth == 0 {
 		p.RxDepth = DefaultRxDepth
 	}
+	if p.Conn != hca.RC && !p.rxGiven && p.Duration == 0 {
+		// force_dependecies: nothing resends a UC or UD message that
+		// found no receive, so post one for every message if possible.
+		p.RxDepth = min(p.Iters, maxRxUnreliable)
+	}
 	if p.TxDepth < 1 || p.TxDepth > 1<<14 || p.RxDepth < 1 || p.RxDepth > 1<<14 {
 		return fmt.Errorf("%w: queue depths -t %d -r %d out of [1, 16384]", ErrParams, p.TxDepth, p.RxDepth)
 	}
@@ -264,7 +307,7 @@ func (p *Params) Normalize() error {
 		// force_dependecies: perftest signals every WR of messages over
 		// MSG_SIZE_CQ_MOD_LIMIT (8 KiB) unless -Q was given, -a runs, so
 		// its "CQ Moderation" reads 1 at 64 KiB (interop logs).
-		if p.Size > cqModSizeLimit && !p.All {
+		if p.Size > cqModSizeLimit && !p.All && p.Conn != hca.UD {
 			p.CQMod = 1
 		}
 	}
@@ -286,6 +329,29 @@ func (p *Params) Normalize() error {
 		return fmt.Errorf("%w: -o %d outstanding reads", ErrParams, p.OutReads)
 	}
 	return nil
+}
+
+// FitUD applies perftest's check_mtu to a UD run once the path MTU is
+// agreed: a UD message is at most one packet, so -a runs 2..MTU and a
+// default size (or -a's) shrinks to the MTU, with notice lines for the
+// user (perftest prints them on stderr); an explicit -s above the MTU is
+// an error. Other connection types return no notice and no error.
+func (p *Params) FitUD(mtu bth.MTU) (notice string, err error) {
+	if p.Conn != hca.UD {
+		return "", nil
+	}
+	m := mtu.Bytes()
+	if p.All {
+		p.MaxSize = min(p.MaxSize, m)
+	}
+	if p.Size <= m {
+		return "", nil
+	}
+	if p.sizeGiven && !p.All {
+		return "", fmt.Errorf("%w: Max message size in UD cannot be greater than MTU (-s %d, MTU %d)", ErrParams, p.Size, m)
+	}
+	p.Size = m
+	return fmt.Sprintf(" Max msg size in UD is MTU %d\n Changing to this MTU\n", m), nil
 }
 
 // Sizes returns the message sizes the run covers: 2, 4, ... MaxSize with

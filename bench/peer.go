@@ -50,6 +50,9 @@ type Hooks struct {
 	Result    func(*Report, Result)
 	// Progress receives the progress line of long sizes.
 	Progress io.Writer
+	// Notice receives what perftest prints on stderr about a parameter it
+	// changed (a UD size shrunk to the MTU).
+	Notice io.Writer
 }
 
 // RunPeer runs the test of p against a peer (goroce bench or the real
@@ -80,6 +83,8 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	}
 	rep := &Report{Params: p, Client: client, Device: dev.Name(), LinkType: port.LinkLayer}
 	var s *Session
+	// sizes is set by steps.Setup: a UD run's depend on the agreed MTU.
+	var sizes []int
 	defer func() {
 		if s != nil {
 			s.Close()
@@ -91,7 +96,14 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 		Setup: func(ep exchange.Params) ([]exchange.PerftestDest, error) {
 			rep.MTU = ep.MTU
 			rep.RemoteVersion = ep.RemoteVersion.String()
-			var err error
+			notice, err := p.FitUD(ep.MTU)
+			if err != nil {
+				return nil, err
+			}
+			if notice != "" && h.Notice != nil {
+				io.WriteString(h.Notice, notice)
+			}
+			sizes = p.Sizes()
 			if s, err = NewSession(dev, p, client); err != nil {
 				return nil, err
 			}
@@ -112,7 +124,6 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 			return nil
 		},
 	}
-	sizes := rep.Params.Sizes()
 	add := func(r Result) {
 		rep.Results = append(rep.Results, r)
 		if h.Result != nil && !r.Passive {
@@ -149,7 +160,7 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	// s is set by steps.Setup, later: not a method value here.
 	ready := func(size int) error { return s.Ready(size) }
 	if p.All && (p.Duplex || p.Mode.isSend()) {
-		return rep, runAll(sess, steps, sizes, p.Mode, p.Duplex, ready, func(size int) (exchange.BWReport, error) {
+		return rep, runAll(sess, steps, func() []int { return sizes }, p.Mode, p.Duplex, ready, func(size int) (exchange.BWReport, error) {
 			r, err := runSize(size)
 			return bwReport(rep.Params, r.BW), err
 		}, func(rr exchange.BWReport) { sum(local, rr) })
@@ -228,14 +239,14 @@ func remoteResult(p Params, rr exchange.BWReport) Result {
 //
 // and ctx_close_connection after the last size. report receives the
 // peer's report of each size (-b only).
-func runAll(sess *exchange.PerftestSession, st exchange.Steps, sizes []int, mode Mode, duplex bool, ready func(int) error,
+func runAll(sess *exchange.PerftestSession, st exchange.Steps, sizes func() []int, mode Mode, duplex bool, ready func(int) error,
 	run func(int) (exchange.BWReport, error), report func(exchange.BWReport)) error {
 	res, err := sess.Establish(mode.Tool(), st)
 	if err != nil {
 		return err
 	}
 	local := res.Local
-	for _, size := range sizes {
+	for _, size := range sizes() { // known once Establish ran Setup
 		if err := ready(size); err != nil {
 			return err
 		}

@@ -38,7 +38,7 @@ func PrintHeader(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "                    %s\n", title)
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", r.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", p.QPs)
-	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	fmt.Fprintf(w, " Connection type : %v\t\tUsing SRQ      : OFF\n", p.Conn)
 	// perftest 6.06 prints whether its MRs ask for PCIe relaxed ordering
 	// and whether it posts through the ibv_wr_* API: neither applies to a
 	// software HCA.
@@ -195,6 +195,7 @@ func PrintFooter(w io.Writer, r *Report) {
 type JSONReport struct {
 	Mode     string `json:"mode"`
 	Role     string `json:"role"`
+	Conn     string `json:"connection"` // RC, UC or UD
 	Device   string `json:"device"`
 	Atomic   string `json:"atomic,omitempty"`
 	QPs      int    `json:"qps"`
@@ -242,7 +243,7 @@ type JSONResult struct {
 // ToJSON converts r to the --json document.
 func ToJSON(r *Report) JSONReport {
 	p := &r.Params
-	j := JSONReport{Mode: p.Mode.String(), Role: "server", Device: r.Device, QPs: p.QPs, MTU: r.MTU.Bytes(),
+	j := JSONReport{Mode: p.Mode.String(), Role: "server", Conn: p.Conn.String(), Device: r.Device, QPs: p.QPs, MTU: r.MTU.Bytes(),
 		GIDIndex: r.GIDIndex, TxDepth: p.TxDepth, Peer: r.RemoteVersion, DurationS: p.Duration.Seconds(),
 		LocalQPNs: []int{}, RemoteQPNs: []int{}, Results: []JSONResult{}}
 	if r.Client {

@@ -55,6 +55,7 @@ type Session struct {
 type qpRes struct {
 	qp     *hca.QP
 	mr     *hca.MR
+	ah     *hca.AH // UD: the peer's address (ctx->ah[i])
 	psn    bth.PSN
 	wr     hca.SendWR
 	sgl    [1]hca.SGE
@@ -71,7 +72,7 @@ type sample struct {
 	msgs int
 }
 
-// NewSession creates p.QPs RC QPs on dev with their CQs and memory (ctx_init).
+// NewSession creates p.QPs QPs of p.Conn on dev with their CQs and memory (ctx_init).
 // client selects perftest's client role (the side given a server name).
 func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 	if err := p.Normalize(); err != nil {
@@ -98,6 +99,9 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 		}
 	}
 	s.bufSize = (max(p.maxSize(), defaultCycleBuf) + 63) &^ 63
+	if p.Conn == hca.UD {
+		s.bufSize += defaultCacheLine // alloc_ctx: room for the GRH a UD receive starts with
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -129,7 +133,7 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 	access := hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
 	for range p.QPs {
 		r := &qpRes{psn: bth.PSN(rand.Uint32() & 0xFFFFFF)}
-		r.qp, err = s.pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: s.scq, RecvCQ: s.rcq,
+		r.qp, err = s.pd.CreateQP(hca.QPInitAttr{Type: p.Conn, SendCQ: s.scq, RecvCQ: s.rcq,
 			Cap: hca.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return nil, err
@@ -187,19 +191,26 @@ func (s *Session) Dests() []exchange.PerftestDest {
 }
 
 // toInit is ctx_modify_qp_to_init: P_Key index 0, port 1, and the remote
-// access the test needs.
+// access the test needs (a UD QP takes perftest's Q_Key instead).
 func (s *Session) toInit() error {
 	var a hca.QPAttr
 	a.State, a.Port, a.PKeyIndex = hca.StateInit, 1, 0
-	a.AccessFlags = hca.AccessRemoteWrite | hca.AccessLocalWrite
-	switch {
-	case s.p.Mode.isRead():
-		a.AccessFlags |= hca.AccessRemoteRead
-	case s.p.Mode.atomic():
-		a.AccessFlags |= hca.AccessRemoteAtomic
+	mask := transport.AttrState | transport.AttrPKeyIndex | transport.AttrPort
+	if s.p.Conn == hca.UD {
+		a.QKey = qkey
+		mask |= transport.AttrQKey
+	} else {
+		a.AccessFlags = hca.AccessRemoteWrite | hca.AccessLocalWrite
+		switch {
+		case s.p.Mode.isRead():
+			a.AccessFlags |= hca.AccessRemoteRead
+		case s.p.Mode.atomic():
+			a.AccessFlags |= hca.AccessRemoteAtomic
+		}
+		mask |= transport.AttrAccessFlags
 	}
 	for _, r := range s.qps {
-		if err := r.qp.Modify(&a, transport.AttrState|transport.AttrPKeyIndex|transport.AttrPort|transport.AttrAccessFlags); err != nil {
+		if err := r.qp.Modify(&a, mask); err != nil {
 			return fmt.Errorf("bench: QP 0x%06x to INIT: %w", uint32(r.qp.QPN()), err)
 		}
 	}
@@ -209,7 +220,9 @@ func (s *Session) toInit() error {
 // Connect is ctx_connect: every QP to RTR toward remote[i] and to RTS with
 // perftest's attributes (hop limit 0xFF, min_rnr_timer 12, timeout -u,
 // retry_cnt and rnr_retry 7, max_dest_rd_atomic our out_reads,
-// max_rd_atomic the peer's). mtu is the agreed path MTU.
+// max_rd_atomic the peer's). mtu is the agreed path MTU. UC takes only the
+// path, UD only its states and an address handle per QP, as perftest's
+// ctx_modify_qp_to_rtr and _rts do for them.
 func (s *Session) Connect(remote []exchange.PerftestDest, mtu bth.MTU) error {
 	if len(remote) != len(s.qps) {
 		return fmt.Errorf("bench: %d remote QPs for %d local ones", len(remote), len(s.qps))
@@ -221,22 +234,41 @@ func (s *Session) Connect(remote []exchange.PerftestDest, mtu bth.MTU) error {
 	s.remote = remote
 	for i, r := range s.qps {
 		rd := remote[i]
-		a := hca.QPAttr{AH: hca.AHAttr{DGID: rd.GID, SGIDIndex: s.gidIndex, HopLimit: hopLimit,
-			TrafficClass: s.p.TrafficClass, SL: s.p.SL}, Port: 1}
-		a.State, a.PathMTU, a.DestQPN, a.RQPSN = hca.StateRTR, mtu, rd.QPN, rd.PSN
-		a.MaxDestRdAtomic, a.MinRNRTimer = s.outReads, minRNRTimer
-		mask := transport.AttrState | transport.AttrAV | transport.AttrPathMTU | transport.AttrDestQPN |
-			transport.AttrRQPSN | transport.AttrMaxDestRdAtomic | transport.AttrMinRNRTimer
+		av := hca.AHAttr{DGID: rd.GID, SGIDIndex: s.gidIndex, HopLimit: hopLimit,
+			TrafficClass: s.p.TrafficClass, SL: s.p.SL}
+		a := hca.QPAttr{AH: av, Port: 1}
+		a.State = hca.StateRTR
+		mask := transport.AttrState
+		if s.p.Conn != hca.UD {
+			a.PathMTU, a.DestQPN, a.RQPSN = mtu, rd.QPN, rd.PSN
+			mask |= transport.AttrAV | transport.AttrPathMTU | transport.AttrDestQPN | transport.AttrRQPSN
+		}
+		if s.p.Conn == hca.RC {
+			a.MaxDestRdAtomic, a.MinRNRTimer = s.outReads, minRNRTimer
+			mask |= transport.AttrMaxDestRdAtomic | transport.AttrMinRNRTimer
+		}
 		if err := r.qp.Modify(&a, mask); err != nil {
 			return fmt.Errorf("bench: QP 0x%06x to RTR: %w", uint32(r.qp.QPN()), err)
 		}
 		a = hca.QPAttr{}
-		a.State, a.SQPSN, a.Timeout, a.RetryCnt, a.RNRRetry = hca.StateRTS, r.psn, s.p.Timeout, retryCount, retryCount
-		a.MaxRdAtomic = max(1, int(rd.OutReads))
-		mask = transport.AttrState | transport.AttrSQPSN | transport.AttrTimeout | transport.AttrRetryCnt |
-			transport.AttrRNRRetry | transport.AttrMaxQPRdAtomic
+		a.State, a.SQPSN = hca.StateRTS, r.psn
+		mask = transport.AttrState | transport.AttrSQPSN
+		if s.p.Conn == hca.RC {
+			a.Timeout, a.RetryCnt, a.RNRRetry = s.p.Timeout, retryCount, retryCount
+			a.MaxRdAtomic = max(1, int(rd.OutReads))
+			mask |= transport.AttrTimeout | transport.AttrRetryCnt | transport.AttrRNRRetry | transport.AttrMaxQPRdAtomic
+		}
 		if err := r.qp.Modify(&a, mask); err != nil {
 			return fmt.Errorf("bench: QP 0x%06x to RTS: %w", uint32(r.qp.QPN()), err)
+		}
+		if s.p.Conn == hca.UD {
+			// ctx_connect: one address handle per QP, from the RTR
+			// attributes an RC QP would have taken.
+			ah, err := s.pd.CreateAH(av)
+			if err != nil {
+				return fmt.Errorf("bench: QP 0x%06x: address handle to %v: %w", uint32(r.qp.QPN()), rd.GID, err)
+			}
+			r.ah = ah
 		}
 		s.prepare(r, i, rd)
 	}
@@ -246,6 +278,9 @@ func (s *Session) Connect(remote []exchange.PerftestDest, mtu bth.MTU) error {
 // prepare fills the QP's reusable work requests (ctx_set_send_wqes).
 func (s *Session) prepare(r *qpRes, i int, rd exchange.PerftestDest) {
 	r.wr = hca.SendWR{RemoteAddr: rd.VAddr, RKey: rd.RKey}
+	if r.ah != nil {
+		r.wr.AH, r.wr.RemoteQPN, r.wr.RemoteQKey = r.ah.Handle(), rd.QPN, qkey
+	}
 	switch s.p.Mode {
 	case ModeSendBW, ModeSendLat:
 		r.wr.Opcode = transport.WRSend
@@ -269,7 +304,13 @@ func (s *Session) setSize(size int) {
 	for _, r := range s.qps {
 		r.sgl[0] = r.mr.SGE(0, size)
 		r.wr.SGL = r.sgl[:]
-		r.rsgl[0] = r.mr.SGE(s.bufSize, size)
+		if s.p.Conn == hca.UD {
+			// ctx_set_recv_wqes: the 40-byte GRH first, placed so that
+			// the payload starts on a cache line.
+			r.rsgl[0] = r.mr.SGE(s.bufSize+defaultCacheLine-udGRH, size+udGRH)
+		} else {
+			r.rsgl[0] = r.mr.SGE(s.bufSize, size)
+		}
 		r.rwr.SGL = r.rsgl[:]
 		r.scnt, r.ccnt, r.rcnt, r.posted = 0, 0, 0, 0
 	}
@@ -313,6 +354,9 @@ func (s *Session) Close() {
 		if r.qp != nil {
 			r.qp.Destroy()
 		}
+		if r.ah != nil {
+			r.ah.Destroy()
+		}
 		if r.mr != nil {
 			r.mr.Dereg()
 		}
@@ -329,6 +373,14 @@ func (s *Session) Close() {
 	}
 	s.scq, s.rcq, s.pd = nil, nil, nil
 }
+
+// ErrStalled is wrapped by the error of a UC or UD server whose messages
+// stopped arriving before the last one.
+var ErrStalled = errors.New("bench: messages stopped arriving")
+
+// unreliableStall is how long a UC or UD server waits for the next
+// message before it gives up (perftest's check_alive: 60 s).
+var unreliableStall = 60 * time.Second
 
 // Result is one size's measurement: BW for bandwidth tests, Lat for
 // latency tests. Passive sides (the server of write/read/atomic bw and
@@ -625,14 +677,21 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 	// poll still has a duration.
 	start := time.Now()
 	var deadline time.Time
+	// UC and UD resend nothing: a message lost on the way never arrives.
+	// perftest's check_alive gives up when no message came for a while;
+	// so does this server, saying how many did.
+	unreliable := p.Conn != hca.RC && p.Duration == 0
 	for p.Duration > 0 || done < total {
 		wctx := ctx
 		var cancel context.CancelFunc
-		if p.Duration > 0 {
+		switch {
+		case p.Duration > 0:
 			if deadline.IsZero() {
 				deadline = time.Now().Add(p.Duration + time.Second)
 			}
 			wctx, cancel = context.WithDeadline(ctx, deadline)
+		case unreliable:
+			wctx, cancel = context.WithTimeout(ctx, unreliableStall)
 		}
 		wcs, err := s.poll(wctx, s.rcq)
 		if cancel != nil {
@@ -641,6 +700,10 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 		if err != nil {
 			if p.Duration > 0 && ctx.Err() == nil && time.Now().After(deadline) {
 				break
+			}
+			if unreliable && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				return BWResult{}, fmt.Errorf("%w: no message for %v: received %d of %d (%v does not resend a lost message)",
+					ErrStalled, unreliableStall, done, total, p.Conn)
 			}
 			return BWResult{}, err
 		}

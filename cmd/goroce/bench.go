@@ -19,6 +19,7 @@ import (
 	"github.com/goroce/goroce/bench"
 	"github.com/goroce/goroce/bench/exchange"
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
 	"github.com/goroce/goroce/hca/link/udp"
 )
 
@@ -82,7 +83,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.BoolVar(&o.events, "events", false, "same as -e")
 	fs.IntVar(&o.ibPort, "i", 1, "`PORT` of the device (goroce devices have one, port 1)")
 	fs.IntVar(&o.ibPort, "ib-port", 1, "same as -i")
-	fs.StringVar(&o.conn, "c", "RC", "connection `TYPE`: RC (the only one goroce bench runs)")
+	fs.StringVar(&o.conn, "c", "RC", "connection `TYPE`: RC, UC (send and write modes) or UD (send modes, messages up to the MTU)")
 	fs.StringVar(&o.conn, "connection", "RC", "same as -c")
 	fs.IntVar(&o.tos, "T", -1, "`TOS`: the traffic class of the QPs' address vector (IPv4 TOS / IPv6 traffic class)")
 	fs.IntVar(&o.tos, "tos", -1, "same as -T")
@@ -182,8 +183,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if o.ibPort != 1 {
 		return usageErr("-i %d: goroce devices have one port, 1", o.ibPort)
 	}
-	if !strings.EqualFold(o.conn, "RC") {
-		return usageErr("-c %s: goroce bench runs RC connections only", o.conn)
+	switch strings.ToUpper(o.conn) {
+	case "RC":
+		o.p.Conn = hca.RC
+	case "UC":
+		o.p.Conn = hca.UC
+	case "UD":
+		o.p.Conn = hca.UD
+	default:
+		return usageErr("-c %s: want RC, UC or UD (perftest's XRC, DC, SRD and RawEth need hardware goroce does not model)", o.conn)
 	}
 	if o.tos < -1 || o.tos > 255 {
 		return usageErr("-T %d: want 0..255", o.tos)
@@ -320,7 +328,7 @@ func newBenchOutput(o *benchOpts, w io.Writer) *benchOutput { return &benchOutpu
 func (b *benchOutput) text() bool { return !b.o.json && !b.o.csv }
 
 func (b *benchOutput) hooks(progress io.Writer) bench.Hooks {
-	h := bench.Hooks{Progress: progress}
+	h := bench.Hooks{Progress: progress, Notice: progress}
 	if b.text() {
 		h.Connected = func(r *bench.Report) { bench.PrintHeader(b.w, r) }
 		h.Result = func(r *bench.Report, res bench.Result) { bench.PrintResult(b.w, r, res) }
