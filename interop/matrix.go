@@ -295,6 +295,18 @@ var Matrix = []Case{
 		note("-b -a: per size a start and an end hand-shake, then the reports")),
 	pt("send_bw_bidir_all", "ib_send_bw", "send_bw", "-b -a -n 5", sendFML,
 		note("-b -a: per size the receives, a hand-shake, the reports, a hand-shake")),
+	pt("send_bw_ud", "ib_send_bw", "send_bw", "-c UD -s 1024 -n 200", []string{"UD_SEND_ONLY"},
+		note("-c UD: the GRH scattered first; a burst the guest can queue (what it drops is gone)")),
+	pt("send_bw_ud_all", "ib_send_bw", "send_bw", "-c UD -a -n 20", []string{"UD_SEND_ONLY"},
+		note("-c UD -a: sizes 2..MTU; perftest shrinks the default size to the MTU")),
+	pt("send_lat_ud", "ib_send_lat", "send_lat", "-c UD -s 2 -n 500", []string{"UD_SEND_ONLY"}),
+	pt("send_bw_uc", "ib_send_bw", "send_bw", "-c UC -s 16384 -n 20",
+		[]string{"UC_SEND_FIRST", "UC_SEND_MIDDLE", "UC_SEND_LAST"},
+		note("-c UC: no ACKs; 320 packets, a burst the guest queues: with -n 300 goroce outran rxe, whose server then waited for dropped messages nothing resends")),
+	pt("write_bw_uc", "ib_write_bw", "write_bw", "-c UC -s 65536 -n 200",
+		[]string{"UC_RDMA_WRITE_FIRST", "UC_RDMA_WRITE_MIDDLE", "UC_RDMA_WRITE_LAST"}),
+	pt("write_lat_uc", "ib_write_lat", "write_lat", "-c UC -s 2 -n 500", []string{"UC_RDMA_WRITE_ONLY"}),
+	pt("send_lat_uc", "ib_send_lat", "send_lat", "-c UC -s 2 -n 500", []string{"UC_SEND_ONLY"}),
 }
 
 // SmokeCases are the cases `make interop-smoke` runs.
