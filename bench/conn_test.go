@@ -52,6 +52,9 @@ func TestUnreliableConn(t *testing.T) {
 			} else {
 				checkLat(t, c.Results[0], tc.size, tc.p.Iters)
 			}
+			if j := ToJSON(c); j.Conn != tc.p.Conn.String() {
+				t.Fatalf("--json connection %q, want %v", j.Conn, tc.p.Conn)
+			}
 			for i, d := range s.Local {
 				if got := c.Remote[i].QPN; got != d.QPN {
 					t.Fatalf("QP %d: client connected to 0x%06x, server's is 0x%06x", i, got, d.QPN)

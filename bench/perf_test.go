@@ -467,7 +467,7 @@ func TestJSONAndCSV(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &j); err != nil {
 		t.Fatalf("%v\n%s", err, b.Bytes())
 	}
-	if j["mode"] != "write_bw" || j["role"] != "client" || j["ceiling_ratio"] != 0.5 {
+	if j["mode"] != "write_bw" || j["role"] != "client" || j["connection"] != "RC" || j["ceiling_ratio"] != 0.5 {
 		t.Fatalf("json: %s", b.Bytes())
 	}
 	var back JSONReport
@@ -787,5 +787,50 @@ func TestCaptureReplay(t *testing.T) {
 				t.Fatalf("our first keys message %q: %+v, %v", keys[:exchange.KeyMsgLenGID], d, err)
 			}
 		})
+	}
+}
+
+// The result lines, byte for byte as perftest 6.06 prints them: the
+// expected strings are lines of ib_send_lat and ib_write_bw runs on kernel
+// rxe (interop logs), PrintResult given their figures.
+func TestResultLineBytes(t *testing.T) {
+	us := func(v float64) time.Duration { return time.Duration(v*1000 + 0.5) }
+	for _, tc := range []struct {
+		name string
+		p    Params
+		res  Result
+		want string
+	}{
+		{"send_lat", Params{Mode: ModeSendLat}, Result{Lat: LatResult{Size: 2, Iters: 1000, Min: us(36.56), Max: us(1196.12),
+			Typical: us(41.66), Avg: us(113.37), Stdev: us(130.63), P99: us(922.26), P999: us(1196.12)}},
+			" 2       1000          36.56          1196.12      41.66    \t       113.37      \t130.63 \t\t922.26  \t\t1196.12\n"},
+		// ib_send_lat -D 2: t_avg and round trips per second (1 / 2 t_avg).
+		{"send_lat -D", Params{Mode: ModeSendLat, Duration: 2 * time.Second}, Result{Lat: LatResult{Size: 2, Iters: 27055, Avg: us(40)}},
+			" 2             27055            40.00          12500.00\n"},
+		// ib_read_lat -D 2: a sample is a whole round trip.
+		{"read_lat -D", Params{Mode: ModeReadLat, Duration: 2 * time.Second}, Result{Lat: LatResult{Size: 2, Iters: 36735, Avg: us(50)}},
+			" 2             36735            50.00          20000.00\n"},
+		{"write_bw", Params{Mode: ModeWriteBW, QPs: 1}, Result{BW: BWResult{Size: 65536, Iters: 500, QPs: 1, Messages: 500,
+			PeakBytesPerSec: 17.29 * (1 << 20), BytesPerSec: 17.24 * (1 << 20), MsgPerSec: 276}},
+			" 65536      500              17.29              17.24  \t\t   0.000276\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.p
+			if err := p.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			PrintResult(&b, &Report{Params: p, Client: true}, tc.res)
+			if b.String() != tc.want {
+				t.Fatalf("result line\n%q\nwant\n%q", b.String(), tc.want)
+			}
+		})
+	}
+	var b strings.Builder
+	p := Params{Mode: ModeWriteLat, Duration: time.Second}
+	p.Normalize()
+	printTableHead(&b, &p)
+	if want := " #bytes        #iterations       t_avg[usec]    tps average\n"; b.String() != want {
+		t.Fatalf("-D latency header %q, want %q", b.String(), want)
 	}
 }

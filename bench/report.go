@@ -78,12 +78,20 @@ func PrintHeader(w io.Writer, r *Report) {
 	if passiveReadLat(r) {
 		return // ib_read_lat's server prints no table
 	}
+	printTableHead(w, p)
+}
+
+// printTableHead prints the column titles of the result table
+// (RESULT_FMT, RESULT_FMT_G, RESULT_FMT_LAT or RESULT_FMT_LAT_DUR).
+func printTableHead(w io.Writer, p *Params) {
 	if p.Mode.IsBW() {
 		if p.ReportGbits {
 			fmt.Fprintln(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]")
 		} else {
 			fmt.Fprintln(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
 		}
+	} else if p.Duration > 0 {
+		fmt.Fprintln(w, " #bytes        #iterations       t_avg[usec]    tps average") // RESULT_FMT_LAT_DUR
 	} else {
 		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
 	}
@@ -155,7 +163,23 @@ func PrintResult(w io.Writer, r *Report, res Result) {
 	}
 	l := res.Lat
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	fmt.Fprintf(w, " %-7d %-10d     %-7.2f        %-7.2f      %-7.2f     \t%-7.2f     \t%-7.2f     \t\t%-7.2f     \t\t%-7.2f\n",
+	if r.Params.Duration > 0 {
+		// REPORT_FMT_LAT_DUR: the average and the round trips per
+		// second (a sample is half a round trip, a READ's a whole one).
+		rtt := 2.0
+		if r.Params.Mode == ModeReadLat {
+			rtt = 1
+		}
+		tps := 0.0
+		if l.Avg > 0 {
+			tps = 1e6 / (rtt * us(l.Avg))
+		}
+		fmt.Fprintf(w, " %-7d       %d            %-7.2f        %-7.2f\n", l.Size, l.Iters, us(l.Avg), tps)
+		return
+	}
+	// REPORT_FMT_LAT of perftest 6.06, spaces and tabs as its ib_send_lat
+	// prints them (the interop logs).
+	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
 		l.Size, l.Iters, us(l.Min), us(l.Max), us(l.Typical), us(l.Avg), us(l.Stdev), us(l.P99), us(l.P999))
 }
 
