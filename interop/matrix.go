@@ -307,6 +307,9 @@ var Matrix = []Case{
 		[]string{"UC_RDMA_WRITE_FIRST", "UC_RDMA_WRITE_MIDDLE", "UC_RDMA_WRITE_LAST"}),
 	pt("write_lat_uc", "ib_write_lat", "write_lat", "-c UC -s 2 -n 500", []string{"UC_RDMA_WRITE_ONLY"}),
 	pt("send_lat_uc", "ib_send_lat", "send_lat", "-c UC -s 2 -n 500", []string{"UC_SEND_ONLY"}),
+	pt("send_lat_D2", "ib_send_lat", "send_lat", "-D 2", []string{"RC_SEND_ONLY"},
+		note("-D: latency by duration; both sides print t_avg and round trips per second")),
+	pt("read_lat_D2", "ib_read_lat", "read_lat", "-D 2", []string{"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"}),
 }
 
 // SmokeCases are the cases `make interop-smoke` runs.
