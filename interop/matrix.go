@@ -300,6 +300,8 @@ var Matrix = []Case{
 	pt("send_bw_ud_all", "ib_send_bw", "send_bw", "-c UD -a -n 20", []string{"UD_SEND_ONLY"},
 		note("-c UD -a: sizes 2..MTU; perftest shrinks the default size to the MTU")),
 	pt("send_lat_ud", "ib_send_lat", "send_lat", "-c UD -s 2 -n 500", []string{"UD_SEND_ONLY"}),
+	pt("send_bw_ud_bidir_q2", "ib_send_bw", "send_bw", "-c UD -b -q 2 -s 512 -n 100", []string{"UD_SEND_ONLY"},
+		note("-c UD -b -q 2: an address handle per QP, both sides sending")),
 	pt("send_bw_uc", "ib_send_bw", "send_bw", "-c UC -s 16384 -n 20",
 		[]string{"UC_SEND_FIRST", "UC_SEND_MIDDLE", "UC_SEND_LAST"},
 		note("-c UC: no ACKs; 320 packets, a burst the guest queues: with -n 300 goroce outran rxe, whose server then waited for dropped messages nothing resends")),
