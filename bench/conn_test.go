@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"errors"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -186,21 +185,7 @@ func TestUnreliableStall(t *testing.T) {
 	saved := unreliableStall
 	unreliableStall = 300 * time.Millisecond
 	t.Cleanup(func() { unreliableStall = saved })
-	a, b, err := memlink.Pair(memlink.Config{QueueLen: 4096, Seed: 7, AtoB: memlink.Faults{Loss: 0.2},
-		AddrsA: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, AddrsB: []netip.Addr{netip.MustParseAddr("192.0.2.2")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	da, err := hca.Open(a, hca.Options{Name: "goroce0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { da.Close() })
-	db, err := hca.Open(b, hca.Options{Name: "goroce1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	da, db := memPairFaults(t, memlink.Faults{Loss: 0.2})
 	cli, srv := connected(t, da, db, Params{Mode: ModeSendBW, Conn: hca.UD, Size: 256, Iters: 200})
 	if err := srv.Ready(256); err != nil {
 		t.Fatal(err)

@@ -29,8 +29,14 @@ import (
 
 // memPair opens two devices joined by an in-memory link.
 func memPair(t testing.TB) (*hca.Device, *hca.Device) {
+	return memPairFaults(t, memlink.Faults{})
+}
+
+// memPairFaults is memPair with faults on the link from the first device
+// to the second.
+func memPairFaults(t testing.TB, aToB memlink.Faults) (*hca.Device, *hca.Device) {
 	t.Helper()
-	a, b, err := memlink.Pair(memlink.Config{QueueLen: 4096,
+	a, b, err := memlink.Pair(memlink.Config{QueueLen: 4096, Seed: 7, AtoB: aToB,
 		AddrsA: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, AddrsB: []netip.Addr{netip.MustParseAddr("192.0.2.2")}})
 	if err != nil {
 		t.Fatal(err)
