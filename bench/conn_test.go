@@ -211,3 +211,44 @@ func TestUnreliableStall(t *testing.T) {
 		t.Fatal("the server is still waiting for lost UD messages")
 	}
 }
+
+// Either side of a UC or UD latency test whose message is lost gives up
+// with ErrStalled instead of waiting forever for an answer that cannot
+// come.
+func TestUnreliableLatStall(t *testing.T) {
+	saved := unreliableStall
+	unreliableStall = 300 * time.Millisecond
+	t.Cleanup(func() { unreliableStall = saved })
+	for _, tc := range []struct {
+		conn hca.QPType
+		mode Mode
+	}{{hca.UD, ModeSendLat}, {hca.UC, ModeSendLat}, {hca.UC, ModeWriteLat}} {
+		t.Run(tc.conn.String()+"/"+tc.mode.String(), func(t *testing.T) {
+			da, db := memPairFaults(t, memlink.Faults{Loss: 0.3})
+			cli, srv := connected(t, da, db, Params{Mode: tc.mode, Conn: tc.conn, Iters: 500})
+			for _, s := range []*Session{srv, cli} {
+				if err := s.Ready(2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx := testCtx(t)
+			errs := make(chan error, 2)
+			for _, s := range []*Session{srv, cli} {
+				go func() {
+					_, err := s.Run(ctx, 2)
+					errs <- err
+				}()
+			}
+			for range 2 {
+				select {
+				case err := <-errs:
+					if !errors.Is(err, ErrStalled) {
+						t.Fatalf("a side with 30%% of one direction lost: %v, want ErrStalled", err)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("a side still waits for a lost message")
+				}
+			}
+		})
+	}
+}

@@ -374,12 +374,13 @@ func (s *Session) Close() {
 	s.scq, s.rcq, s.pd = nil, nil, nil
 }
 
-// ErrStalled is wrapped by the error of a UC or UD server whose messages
-// stopped arriving before the last one.
+// ErrStalled is wrapped by the error of a UC or UD run whose messages
+// stopped arriving before the last one (a bandwidth server, either side
+// of a latency test).
 var ErrStalled = errors.New("bench: messages stopped arriving")
 
-// unreliableStall is how long a UC or UD server waits for the next
-// message before it gives up (perftest's check_alive: 60 s).
+// unreliableStall is how long a UC or UD run waits for the next message
+// before it gives up (perftest's check_alive: 60 s).
 var unreliableStall = 60 * time.Second
 
 // Result is one size's measurement: BW for bandwidth tests, Lat for
@@ -811,6 +812,9 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 	}
 	var tPost time.Time
 	done := 0
+	// A UC or UD message lost on the way is never resent, and its
+	// answer never comes: give up as the bandwidth server does.
+	unreliable := p.Conn != hca.RC && p.Duration == 0
 	for i := 1; p.Duration > 0 || i <= p.Iters; i++ {
 		if first {
 			if !stop.IsZero() && time.Now().After(stop) {
@@ -821,9 +825,16 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 				return LatResult{}, err
 			}
 		}
+		if unreliable {
+			wd = time.Now().Add(unreliableStall)
+		}
 		ok, err := wait(ctx, r, i, wd)
 		if err != nil {
 			return LatResult{}, err
+		}
+		if !ok && unreliable {
+			return LatResult{}, fmt.Errorf("%w: no message %d of %d for %v (%v does not resend a lost message)",
+				ErrStalled, i, p.Iters, unreliableStall, p.Conn)
 		}
 		if !ok {
 			break
