@@ -154,6 +154,14 @@ func TestConnParams(t *testing.T) {
 			t.Errorf("%v over %v: %v, want ErrParams", p.Mode, p.Conn, err)
 		}
 	}
+	for s, want := range map[string]hca.QPType{"RC": hca.RC, "uc": hca.UC, "Ud": hca.UD} {
+		if got, err := ParseConn(s); err != nil || got != want {
+			t.Errorf("ParseConn(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := ParseConn("XRC"); !errors.Is(err, ErrParams) {
+		t.Errorf("ParseConn(XRC): %v, want ErrParams", err)
+	}
 	for _, tc := range []struct {
 		p    Params
 		want int

@@ -109,6 +109,20 @@ func ParseAtomicOp(s string) (AtomicOp, error) {
 	return 0, fmt.Errorf("%w: -A %q: want FETCH_AND_ADD or CMP_AND_SWAP", ErrParams, s)
 }
 
+// ParseConn parses -c's argument (RC, UC or UD, any case, as perftest's
+// change_conn_type takes them).
+func ParseConn(s string) (hca.QPType, error) {
+	switch strings.ToUpper(s) {
+	case "RC":
+		return hca.RC, nil
+	case "UC":
+		return hca.UC, nil
+	case "UD":
+		return hca.UD, nil
+	}
+	return 0, fmt.Errorf("%w: -c %s: want RC, UC or UD (perftest's XRC, DC, SRD and RawEth need hardware goroce does not model)", ErrParams, s)
+}
+
 // ErrParams is wrapped by every parameter validation error.
 var ErrParams = errors.New("bench: invalid parameters")
 

@@ -19,7 +19,6 @@ import (
 	"github.com/goroce/goroce/bench"
 	"github.com/goroce/goroce/bench/exchange"
 	"github.com/goroce/goroce/bth"
-	"github.com/goroce/goroce/hca"
 	"github.com/goroce/goroce/hca/link/udp"
 )
 
@@ -183,16 +182,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if o.ibPort != 1 {
 		return usageErr("-i %d: goroce devices have one port, 1", o.ibPort)
 	}
-	switch strings.ToUpper(o.conn) {
-	case "RC":
-		o.p.Conn = hca.RC
-	case "UC":
-		o.p.Conn = hca.UC
-	case "UD":
-		o.p.Conn = hca.UD
-	default:
-		return usageErr("-c %s: want RC, UC or UD (perftest's XRC, DC, SRD and RawEth need hardware goroce does not model)", o.conn)
+	conn, err := bench.ParseConn(o.conn)
+	if err != nil {
+		return usageErr("%v", err)
 	}
+	o.p.Conn = conn
 	if o.tos < -1 || o.tos > 255 {
 		return usageErr("-T %d: want 0..255", o.tos)
 	}
