@@ -129,11 +129,12 @@ var ErrParams = errors.New("bench: invalid parameters")
 // Perftest's defaults (perftest_parameters.h).
 const (
 	DefaultPort      = exchange.DefaultPort
-	DefaultTxDepth   = 128  // DEF_TX_BW
-	DefaultRxDepth   = 512  // DEF_RX_SEND
-	DefaultCQMod     = 100  // DEF_CQ_MOD
-	cqModSizeLimit   = 8192 // MSG_SIZE_CQ_MOD_LIMIT
-	DefaultTimeout   = 14   // DEF_QP_TIME: 4.096 us * 2^14 = 67 ms
+	DefaultTxDepth   = 128             // DEF_TX_BW
+	DefaultRxDepth   = 512             // DEF_RX_SEND
+	DefaultCQMod     = 100             // DEF_CQ_MOD
+	cqModSizeLimit   = 8192            // MSG_SIZE_CQ_MOD_LIMIT
+	DefaultTimeout   = 14              // DEF_QP_TIME: 4.096 us * 2^14 = 67 ms
+	defaultDuration  = 5 * time.Second // DEF_DURATION: --run_infinitely's report interval without -D
 	DefaultMaxSize   = 1 << 23
 	defaultCycleBuf  = 4096
 	defaultCacheLine = 64
@@ -163,6 +164,11 @@ type Params struct {
 	// Duration, when set, runs each size for that long instead of Iters
 	// messages (-D).
 	Duration time.Duration
+	// Infinite is perftest's --run_infinitely (bandwidth modes): the
+	// client reports the bandwidth of every Duration (default 5 s) and
+	// runs until Hooks.Stop closes; the server serves until the client
+	// ends the run.
+	Infinite bool
 	// MTU is the path MTU (-m); 0 uses the port's active MTU.
 	MTU bth.MTU
 	// GIDIndex is the source GID index (-x); negative picks the first
@@ -282,6 +288,24 @@ func (p *Params) Normalize() error {
 	}
 	if p.Duration < 0 {
 		return fmt.Errorf("%w: negative duration", ErrParams)
+	}
+	if p.Infinite {
+		// force_dependecies' run_infinitely rules, in its words.
+		switch {
+		case !p.Mode.IsBW():
+			return fmt.Errorf("%w: run_infinitely exists only in BW tests for now", ErrParams)
+		case p.Duplex && p.Mode.isSend():
+			return fmt.Errorf("%w: run_infinitely not supported in SEND Bidirectional BW test", ErrParams)
+		case p.Duplex:
+			// perftest runs both sides until killed; goroce ends a run
+			// from the client, which a duplex run does not have.
+			return fmt.Errorf("%w: run_infinitely with -b is not supported by goroce bench", ErrParams)
+		case p.All:
+			return fmt.Errorf("%w: run_infinitely runs one size: no -a", ErrParams)
+		}
+		if p.Duration == 0 {
+			p.Duration = defaultDuration
+		}
 	}
 	if p.Duration > 0 && p.All {
 		return fmt.Errorf("%w: -D and -a cannot be combined", ErrParams)

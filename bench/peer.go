@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -53,7 +54,17 @@ type Hooks struct {
 	// Notice receives what perftest prints on stderr about a parameter it
 	// changed (a UD size shrunk to the MTU).
 	Notice io.Writer
+	// Stop ends an infinite run (Params.Infinite) on the client side:
+	// once it closes, the client completes what it posted, reports the
+	// last interval and ends the exchange as a timed run does. Each
+	// interval's result goes to Result as it is measured.
+	Stop <-chan struct{}
 }
+
+// closingWait bounds the closing exchange of an infinite client: the real
+// ib_send_bw server of --run_infinitely never leaves its receive loop to
+// answer it.
+const closingWait = 5 * time.Second
 
 // RunPeer runs the test of p against a peer (goroce bench or the real
 // perftest tool) over conn, perftest's TCP exchange: the client role is the
@@ -67,13 +78,25 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	if client {
 		role = exchange.Client
 	}
+	// The server of an infinite send_bw learns that the run ended when
+	// the client's closing exchange arrives (or the connection closes):
+	// watch.Peek waits for it while the receives are polled.
+	netConn, _ := conn.(net.Conn)
+	var watch *bufio.Reader
+	if p.Infinite && !client && p.Mode.isSend() {
+		watch = bufio.NewReader(conn)
+		conn = struct {
+			io.Reader
+			io.Writer
+		}{watch, conn}
+	}
 	sess, err := exchange.NewPerftestSession(conn, exchange.PerftestConfig{Role: role})
 	if err != nil {
 		return nil, err
 	}
-	if c, ok := conn.(net.Conn); ok {
+	if netConn != nil {
 		// Unblock the exchange when ctx ends.
-		stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+		stop := context.AfterFunc(ctx, func() { netConn.SetDeadline(time.Unix(1, 0)) })
 		defer stop()
 	}
 	port := dev.QueryPort()
@@ -82,6 +105,12 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 		localMTU = min(p.MTU, port.ActiveMTU)
 	}
 	rep := &Report{Params: p, Client: client, Device: dev.Name(), LinkType: port.LinkLayer}
+	add := func(r Result) {
+		rep.Results = append(rep.Results, r)
+		if h.Result != nil && !r.Passive {
+			h.Result(rep, r)
+		}
+	}
 	var s *Session
 	// sizes is set by steps.Setup: a UD run's depend on the agreed MTU.
 	var sizes []int
@@ -108,6 +137,10 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 				return nil, err
 			}
 			s.Progress = h.Progress
+			if p.Infinite && client {
+				s.Stop = h.Stop
+				s.Interval = func(r BWResult) { add(Result{BW: r}) }
+			}
 			rep.Params = s.Params()
 			rep.GIDIndex = s.GIDIndex()
 			rep.Local = s.Dests()
@@ -124,20 +157,29 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 			return nil
 		},
 	}
-	add := func(r Result) {
-		rep.Results = append(rep.Results, r)
-		if h.Result != nil && !r.Passive {
-			h.Result(rep, r)
-		}
-	}
 	// A duplex result is printed once the peer's report is in (the sum
 	// of both directions), except a timed send_bw's, which exchanges none.
 	sumLater := p.Duplex && !(p.Mode.isSend() && p.Duration > 0)
 	var local Result
+	// ran: the traffic is over; an infinite run's peer may now end it by
+	// going away.
+	ran := false
 	runSize := func(size int) (Result, error) {
+		if watch != nil {
+			stop := make(chan struct{})
+			s.Stop = stop
+			go func() {
+				watch.Peek(1) // the closing exchange, or the end of the connection
+				close(stop)
+			}()
+		}
 		r, err := s.Run(ctx, size)
 		if err != nil {
 			return r, err
+		}
+		ran = true
+		if p.Infinite && client && netConn != nil {
+			netConn.SetDeadline(time.Now().Add(closingWait))
 		}
 		if sumLater {
 			local = r
@@ -192,6 +234,14 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	}
 	steps.Duplex, steps.Duration = p.Duplex, p.Duration > 0
 	res, err := sess.Run(tool, steps)
+	if err != nil && ran && p.Infinite && ctx.Err() == nil {
+		// An infinite run has no natural end: the real tools are killed,
+		// and then the closing exchange finds no peer.
+		if h.Notice != nil {
+			fmt.Fprintf(h.Notice, " The peer did not take part in the closing exchange (%v): the run ended there.\n", err)
+		}
+		return rep, nil
+	}
 	if err != nil {
 		return rep, err
 	}

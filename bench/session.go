@@ -44,6 +44,14 @@ type Session struct {
 	// a size has run for more than two seconds.
 	Progress io.Writer
 
+	// Stop ends an infinite run (Params.Infinite): the client stops
+	// posting when it closes, and the send_bw server stops polling. Nil
+	// never closes.
+	Stop <-chan struct{}
+	// Interval receives each interval's result of an infinite client run
+	// (perftest prints one every -D seconds).
+	Interval func(BWResult)
+
 	// spinStop and spinDone run a passive server's busy-poll goroutine
 	// (spinPassive); nil when none runs.
 	spinStop, spinDone chan struct{}
@@ -379,6 +387,10 @@ func (s *Session) Close() {
 // of a latency test).
 var ErrStalled = errors.New("bench: messages stopped arriving")
 
+// drainWait bounds how long an infinite run's client waits, once stopped,
+// for the WRs it posted to complete.
+var drainWait = 5 * time.Second
+
 // unreliableStall is how long a UC or UD run waits for the next message
 // before it gives up (perftest's check_alive: 60 s).
 var unreliableStall = 60 * time.Second
@@ -499,11 +511,8 @@ func (s *Session) poll(ctx context.Context, cq *hca.CQ) ([]hca.WC, error) {
 			return nil, err
 		}
 		if n > 0 {
-			for i := range s.wcs[:n] {
-				if wc := &s.wcs[i]; wc.Status != transport.StatusSuccess {
-					return nil, fmt.Errorf("bench: completion with error: status %q (%d), WR ID %#x, QP 0x%06x",
-						wc.Status, wc.Status, wc.WRID, uint32(s.qps[min(len(s.qps)-1, int(wc.WRID>>32))].qp.QPN()))
-				}
+			if err := s.checkWCs(s.wcs[:n]); err != nil {
+				return nil, err
 			}
 			return s.wcs[:n], nil
 		}
@@ -527,6 +536,33 @@ func (s *Session) poll(ctx context.Context, cq *hca.CQ) ([]hca.WC, error) {
 		if err := cq.Wait(ctx); err != nil {
 			return nil, fmt.Errorf("bench: waiting for completions: %w", err)
 		}
+	}
+}
+
+// checkWCs returns an error for the first completion in wcs that failed.
+func (s *Session) checkWCs(wcs []hca.WC) error {
+	for i := range wcs {
+		if wc := &wcs[i]; wc.Status != transport.StatusSuccess {
+			return fmt.Errorf("bench: completion with error: status %q (%d), WR ID %#x, QP 0x%06x",
+				wc.Status, wc.Status, wc.WRID, uint32(s.qps[min(len(s.qps)-1, int(wc.WRID>>32))].qp.QPN()))
+		}
+	}
+	return nil
+}
+
+// drain takes what cq holds without waiting, checking every status, and
+// returns how many completions it took.
+func (s *Session) drain(cq *hca.CQ) (int, error) {
+	n := 0
+	for {
+		k, err := cq.Poll(s.wcs)
+		if err != nil || k == 0 {
+			return n, err
+		}
+		if err := s.checkWCs(s.wcs[:k]); err != nil {
+			return n, err
+		}
+		n += k
 	}
 }
 
@@ -577,9 +613,21 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 	}
 	start := time.Now()
 	var el time.Duration
+	// An infinite run reports every p.Duration from ivStart, when ivDone
+	// messages had completed, and keeps no samples (no peak, no end).
+	ivStart, ivDone := start, 0
+	var stoppedAt time.Time
+	if p.Infinite {
+		pr.w = nil // the interval lines say it
+	}
 	for {
 		if posting {
-			stop := p.Duration > 0 && time.Since(start) >= p.Duration
+			var stop bool
+			if p.Infinite {
+				stop = s.stopped()
+			} else {
+				stop = p.Duration > 0 && time.Since(start) >= p.Duration
+			}
 			for i, r := range s.qps {
 				for r.scnt-r.ccnt < p.TxDepth {
 					if p.Duration == 0 && r.scnt >= p.Iters {
@@ -622,13 +670,25 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 			}
 		}
 		wctx, cancel := ctx, context.CancelFunc(nil)
-		if recv && p.Duration > 0 && done >= total && !posting {
+		switch {
+		case p.Infinite && !posting:
+			if stoppedAt.IsZero() {
+				stoppedAt = time.Now()
+			}
+			wctx, cancel = context.WithDeadline(ctx, stoppedAt.Add(drainWait))
+		case recv && p.Duration > 0 && done >= total && !posting:
 			wctx, cancel = context.WithDeadline(ctx, start.Add(p.Duration+time.Second))
 		}
 		wcs, err := s.poll(wctx, s.scq)
 		if cancel != nil {
 			cancel()
 			if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+				if p.Infinite {
+					// perftest's retry count 7 retries forever (as rxe's
+					// does): a peer gone for good never fails the WRs.
+					return BWResult{}, fmt.Errorf("%w: %d WRs still outstanding %v after the stop: the peer stopped answering",
+						ErrStalled, total-done, drainWait)
+				}
 				break // the grace second passed
 			}
 		}
@@ -648,9 +708,18 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 				}
 				continue
 			}
-			c := int(uint32(wcs[i].WRID)) + 1
+			c := sentThrough(r.ccnt, wcs[i].WRID)
 			done += c - r.ccnt
 			r.ccnt = c
+		}
+		if p.Infinite {
+			if now := time.Now(); now.Sub(ivStart) >= p.Duration && posting {
+				if s.Interval != nil {
+					s.Interval(s.bwResult(size, done-ivDone, now.Sub(ivStart)))
+				}
+				ivStart, ivDone = now, done
+			}
+			continue
 		}
 		if el == 0 { // the sends' progress (not the grace's receives)
 			t := time.Since(start)
@@ -658,10 +727,32 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 			pr.tick(t, done)
 		}
 	}
+	if p.Infinite {
+		// What ran since the last interval line: the run's last line.
+		return s.bwResult(size, done-ivDone, time.Since(ivStart)), nil
+	}
 	if el == 0 {
 		el = time.Since(start)
 	}
 	return s.bwResult(size, done, el), nil
+}
+
+// sentThrough is the number of sends through the one whose completion
+// carries wrid, given ccnt known complete before it. The WR ID holds only
+// the low 32 bits of that count (its high bits name the QP), and an
+// infinite run passes 2^32 sends; fewer than 2^32 are ever outstanding.
+func sentThrough(ccnt int, wrid uint64) int {
+	return ccnt + int(uint32(wrid)+1-uint32(ccnt))
+}
+
+// stopped reports whether Stop has closed.
+func (s *Session) stopped() bool {
+	select {
+	case <-s.Stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // sendServer is run_iter_bw_server: count receives, reposting while more
@@ -678,14 +769,34 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 	// poll still has a duration.
 	start := time.Now()
 	var deadline time.Time
+	var last time.Duration // an infinite run's time to its last receive
 	// UC and UD resend nothing: a message lost on the way never arrives.
 	// perftest's check_alive gives up when no message came for a while;
 	// so does this server, saying how many did.
 	unreliable := p.Conn != hca.RC && p.Duration == 0
+	if p.Infinite {
+		pr.w = nil // perftest's server is silent until the end
+	}
+	// An infinite run serves until Stop closes (the client went on to the
+	// closing exchange, or away), then takes what its CQ still holds.
+	runCtx := ctx
+	if p.Infinite {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-s.Stop:
+				cancel()
+			case <-runCtx.Done():
+			}
+		}()
+	}
 	for p.Duration > 0 || done < total {
-		wctx := ctx
+		wctx := runCtx
 		var cancel context.CancelFunc
 		switch {
+		case p.Infinite:
 		case p.Duration > 0:
 			if deadline.IsZero() {
 				deadline = time.Now().Add(p.Duration + time.Second)
@@ -699,6 +810,17 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 			cancel()
 		}
 		if err != nil {
+			if p.Infinite && ctx.Err() == nil && s.stopped() {
+				n, err := s.drain(s.rcq)
+				if err != nil {
+					return BWResult{}, err
+				}
+				if n > 0 {
+					done += n
+					last = time.Since(start)
+				}
+				break
+			}
 			if p.Duration > 0 && ctx.Err() == nil && time.Now().After(deadline) {
 				break
 			}
@@ -720,8 +842,16 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 			}
 		}
 		el := time.Since(start)
+		if p.Infinite {
+			last = el
+			continue
+		}
 		s.samples = append(s.samples, sample{el, done})
 		pr.tick(el, done)
+	}
+	if p.Infinite {
+		// perftest's server prints nothing; this one sums up the run.
+		return s.bwResult(size, done, last), nil
 	}
 	if len(s.samples) == 0 {
 		return BWResult{Op: s.opName(), Size: size}, nil
