@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -62,7 +63,8 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.BoolVar(&p.All, "a", false, "run every size from 2 to 2^23 bytes")
 	fs.IntVar(&p.MaxSize, "max_size", 0, "largest size of -a (goroce extension; default 2^23)")
 	fs.IntVar(&p.QPs, "q", 1, "number of QPs")
-	fs.IntVar(&o.durSec, "D", 0, "run each size for `SECONDS` instead of -n messages")
+	fs.IntVar(&o.durSec, "D", 0, "run each size for `SECONDS` instead of -n messages (with --run_infinitely: the report interval, default 5)")
+	fs.BoolVar(&o.p.Infinite, "run_infinitely", false, "bandwidth modes: run until interrupted (Ctrl-C on the client ends the run cleanly), printing the bandwidth of every -D seconds")
 	fs.IntVar(&o.mtu, "m", 0, "path MTU in bytes: 256, 512, 1024, 2048, 4096 (default: the port's active MTU)")
 	fs.IntVar(&p.GIDIndex, "x", -1, "source GID `INDEX` (default: the first IPv4 GID)")
 	fs.IntVar(&o.port, "p", bench.DefaultPort, "TCP `PORT` of the perftest exchange")
@@ -251,11 +253,17 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 
 	out := newBenchOutput(&o, stdout)
+	var stop <-chan struct{}
+	if o.p.Infinite && (o.loopback || o.host != "") {
+		var release func()
+		stop, release = stopOnSignal()
+		defer release()
+	}
 	var rep *bench.Report
 	if o.loopback {
-		rep, err = benchLoopback(&o, ls, out, stderr)
+		rep, err = benchLoopback(&o, ls, out, stderr, stop)
 	} else {
-		rep, err = benchPeer(&o, ls, out, stderr)
+		rep, err = benchPeer(&o, ls, out, stderr, stop)
 	}
 	if err != nil {
 		var le *linkError
@@ -321,8 +329,8 @@ func newBenchOutput(o *benchOpts, w io.Writer) *benchOutput { return &benchOutpu
 
 func (b *benchOutput) text() bool { return !b.o.json && !b.o.csv }
 
-func (b *benchOutput) hooks(progress io.Writer) bench.Hooks {
-	h := bench.Hooks{Progress: progress, Notice: progress}
+func (b *benchOutput) hooks(progress io.Writer, stop <-chan struct{}) bench.Hooks {
+	h := bench.Hooks{Progress: progress, Notice: progress, Stop: stop}
 	if b.text() {
 		h.Connected = func(r *bench.Report) { bench.PrintHeader(b.w, r) }
 		h.Result = func(r *bench.Report, res bench.Result) { bench.PrintResult(b.w, r, res) }
@@ -384,7 +392,7 @@ func writePlotFile(name string, write func(io.Writer) error) error {
 // loopbackAddrs are the two sides of --loopback: server, client.
 var loopbackAddrs = [2]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")}
 
-func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer) (*bench.Report, error) {
+func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer, stop <-chan struct{}) (*bench.Report, error) {
 	ss, cs := ls, ls
 	ss.Addr, cs.Addr = loopbackAddrs[0], loopbackAddrs[1]
 	cs.Pcap = "" // one capture (the server's link) sees both directions
@@ -402,7 +410,7 @@ func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Wr
 		return nil, err
 	}
 	defer cli.Close()
-	rep, _, err := bench.RunLoopback(context.Background(), cli.Dev, srv.Dev, o.p, out.hooks(stderr))
+	rep, _, err := bench.RunLoopback(context.Background(), cli.Dev, srv.Dev, o.p, out.hooks(stderr, stop))
 	if err != nil {
 		return rep, err
 	}
@@ -457,7 +465,7 @@ func measureCeiling(o *benchOpts, ss, cs linkSettings, rep *bench.Report) error 
 }
 
 // benchPeer runs one side against a peer process (goroce bench or perftest).
-func benchPeer(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer) (*bench.Report, error) {
+func benchPeer(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer, stop <-chan struct{}) (*bench.Report, error) {
 	port := strconv.Itoa(o.port)
 	var conn net.Conn
 	if o.host == "" {
@@ -492,7 +500,30 @@ func benchPeer(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer
 		return nil, err
 	}
 	defer od.Close()
-	return bench.RunPeer(context.Background(), od.Dev, conn, o.host != "", o.p, out.hooks(stderr))
+	return bench.RunPeer(context.Background(), od.Dev, conn, o.host != "", o.p, out.hooks(stderr, stop))
+}
+
+// stopOnSignal returns a channel that the first SIGINT or SIGTERM closes
+// (the end of a --run_infinitely run), after which the signals kill the
+// process again as usual; release undoes it. Tests replace it.
+var stopOnSignal = signalStop
+
+func signalStop() (stop <-chan struct{}, release func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	c, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case <-sig:
+			signal.Stop(sig)
+			close(c)
+		case <-done:
+		}
+	}()
+	return c, func() {
+		signal.Stop(sig)
+		close(done)
+	}
 }
 
 // dialRetry dials addr, retrying a refused connection for up to wait (the

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/bench"
 	"github.com/goroce/goroce/hca/netcfg"
@@ -49,6 +50,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "write_bw", "-T", "256"},
 		{"bench", "write_bw", "-S", "16"},
 		{"bench", "read_bw", "-o", "-1"},
+		{"bench", "send_lat", "--run_infinitely"},
+		{"bench", "send_bw", "-b", "--run_infinitely"},
+		{"bench", "write_bw", "-a", "--run_infinitely"},
 	} {
 		st, out, errOut := runCLI(args...)
 		if st != exitUsage {
@@ -127,6 +131,38 @@ func TestBenchLoopbackJSON(t *testing.T) {
 	}
 	if !strings.Contains(out, `"ceiling_ratio":`) {
 		t.Fatal("no ceiling_ratio field")
+	}
+}
+
+// --run_infinitely prints a line per -D interval until the client is
+// told to stop (SIGINT; here the test's stand-in), then ends cleanly.
+func TestBenchRunInfinitely(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for seconds")
+	}
+	stop := make(chan struct{})
+	old := stopOnSignal
+	stopOnSignal = func() (<-chan struct{}, func()) { return stop, func() {} }
+	defer func() { stopOnSignal = old }()
+	timer := time.AfterFunc(2500*time.Millisecond, func() { close(stop) })
+	defer timer.Stop()
+	var st int
+	var out, errOut string
+	inNetNS(t, func() {
+		st, out, errOut = runCLI("bench", "send_bw", "--loopback", "--run_infinitely", "-D", "1", "-s", "4096", "--csv")
+	})
+	if st != exitOK {
+		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
+	}
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	// A header, two whole seconds, the half second to the stop.
+	if err != nil || len(rows) != 4 {
+		t.Fatalf("csv %q: %v; want a header and 3 intervals", rows, err)
+	}
+	for _, r := range rows[1:] {
+		if r[0] != "send_bw" || r[1] != "4096" || r[2] == "0" {
+			t.Fatalf("interval row %q", r)
+		}
 	}
 }
 
