@@ -98,6 +98,11 @@ type Case struct {
 	// Opcodes that the capture of the run must contain (goroce pcap verify names).
 	Opcodes []string
 	Note    string
+	// Interrupt sends the client SIGINT this many seconds after it starts: the only end
+	// of a --run_infinitely run. goroce's client ends the run cleanly (exit 0); the real
+	// tool dies of it, and the case accepts that (exit 130) from it alone. No rxe↔rxe
+	// baseline: a perftest server whose client died fails its closing exchange.
+	Interrupt int
 }
 
 func (c Case) link() string {
@@ -109,7 +114,9 @@ func (c Case) link() string {
 
 // Applies reports whether the case runs in direction d. The rxe↔rxe baseline is only run
 // for the UDP link over IPv4 (the other links and IPv6 change goroce's side only).
-func (c Case) Applies(d Direction) bool { return d != RxeToRxe || c.link() == "udp" && !c.IPv6 }
+func (c Case) Applies(d Direction) bool {
+	return d != RxeToRxe || c.link() == "udp" && !c.IPv6 && c.Interrupt == 0
+}
 
 // LinkMTU is the Ethernet MTU that gives rxe the case's active MTU (rxe keeps 80 bytes of
 // headroom: 1500 -> 1024, 9000 -> 4096).
@@ -135,6 +142,11 @@ func (c Case) Commands(d Direction, pcap string) (server, client Endpoint) {
 		return fmt.Sprintf("%s -d %s -g %d", c.Tool, dev, gid)
 	}
 	timeout := fmt.Sprintf("timeout %d ", ToolTimeout)
+	cliTimeout := timeout
+	if c.Interrupt > 0 {
+		// --preserve-status: the tool's own status (130 when SIGINT killed it), not 124.
+		cliTimeout = fmt.Sprintf("timeout --preserve-status -s INT %d ", c.Interrupt)
+	}
 	goroce := func(peer string) string {
 		s := "goroce " + c.Goroce + " --link " + c.link()
 		switch c.link() {
@@ -157,14 +169,14 @@ func (c Case) Commands(d Direction, pcap string) (server, client Endpoint) {
 	}
 	switch d {
 	case GoroceToRxe:
-		return Endpoint{"guest", timeout + toolFlags("rxe0")}, Endpoint{"host", goroce(GuestIP)}
+		return Endpoint{"guest", timeout + toolFlags("rxe0"), 0}, Endpoint{"host", goroce(GuestIP), c.Interrupt}
 	case RxeToGoroce:
 		// The tool's TCP exchange always goes to the netns kernel (HostIP; goroce has no TCP
 		// stack of its own: `goroce pingpong|bench` listen on the netns's sockets). Its RDMA
 		// traffic then goes to the GID goroce sent, which is TapIP/TunIP on those links.
-		return Endpoint{"host", goroce("")}, Endpoint{"guest", timeout + toolFlags("rxe0") + " " + HostIP}
+		return Endpoint{"host", goroce(""), 0}, Endpoint{"guest", cliTimeout + toolFlags("rxe0") + " " + HostIP, 0}
 	default:
-		return Endpoint{"guest", timeout + toolFlags("rxev2")}, Endpoint{"guest", timeout + toolFlags("rxev1") + " " + VethSrvIP}
+		return Endpoint{"guest", timeout + toolFlags("rxev2"), 0}, Endpoint{"guest", cliTimeout + toolFlags("rxev1") + " " + VethSrvIP, 0}
 	}
 }
 
@@ -172,6 +184,9 @@ func (c Case) Commands(d Direction, pcap string) (server, client Endpoint) {
 type Endpoint struct {
 	Where string // "guest" or "host"
 	Cmd   string
+	// Interrupt: the harness sends a host command SIGINT after this many seconds (a guest
+	// command carries its timeout(1) in Cmd).
+	Interrupt int
 }
 
 var (
@@ -202,6 +217,7 @@ func mtu4096(c *Case)               { c.MTU = 4096 }
 func lossy(c *Case)                 { c.Loss = true }
 func ipv6(c *Case)                  { c.IPv6 = true }
 func note(n string) func(*Case)     { return func(c *Case) { c.Note = n } }
+func interrupt(sec int) func(*Case) { return func(c *Case) { c.Interrupt = sec } }
 
 // Matrix is the whole interop matrix of the issue. Pingpong cases: goroce pingpong takes the
 // ibv_*_pingpong flags (-p -d -i -s -n -g -m -l -e -r) plus --qp, --srq, --link, --dev,
@@ -312,6 +328,8 @@ var Matrix = []Case{
 	pt("send_lat_D2", "ib_send_lat", "send_lat", "-D 2", []string{"RC_SEND_ONLY"},
 		note("-D: latency by duration; both sides print t_avg and round trips per second")),
 	pt("read_lat_D2", "ib_read_lat", "read_lat", "-D 2", []string{"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"}),
+	pt("write_bw_infinite", "ib_write_bw", "write_bw", "--run_infinitely -D 1", writeFML, interrupt(5),
+		note("--run_infinitely: a line a second until SIGINT at 5 s; goroce's client then ends the exchange, so the real server reports; the real client dies of it and goroce's server says so")),
 }
 
 // SmokeCases are the cases `make interop-smoke` runs.

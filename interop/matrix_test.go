@@ -112,22 +112,22 @@ func TestCommands(t *testing.T) {
 		srv, cli Endpoint
 	}{
 		{rc, GoroceToRxe,
-			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxe0 -g 1"},
-			Endpoint{"host", "goroce pingpong --qp rc -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2"}},
+			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxe0 -g 1", 0},
+			Endpoint{"host", "goroce pingpong --qp rc -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2", 0}},
 		{rc, RxeToGoroce,
-			Endpoint{"host", "goroce pingpong --qp rc -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p"},
-			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxe0 -g 1 10.66.0.1"}},
+			Endpoint{"host", "goroce pingpong --qp rc -n 100 -s 4096 -m 1024 --link udp --addr 10.66.0.1 --pcap /p", 0},
+			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxe0 -g 1 10.66.0.1", 0}},
 		{rc, RxeToRxe,
-			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxev2 -g 1"},
-			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxev1 -g 1 10.99.0.2"}},
+			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxev2 -g 1", 0},
+			Endpoint{"guest", "timeout 120 ibv_rc_pingpong -n 100 -s 4096 -m 1024 -d rxev1 -g 1 10.99.0.2", 0}},
 		{bw, GoroceToRxe,
-			Endpoint{"guest", "timeout 120 ib_write_bw -s 1048576 -n 50 -d rxe0 -x 1 -F"},
-			Endpoint{"host", "goroce bench write_bw -s 1048576 -n 50 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2"}},
+			Endpoint{"guest", "timeout 120 ib_write_bw -s 1048576 -n 50 -d rxe0 -x 1 -F", 0},
+			Endpoint{"host", "goroce bench write_bw -s 1048576 -n 50 --link udp --addr 10.66.0.1 --pcap /p 10.66.0.2", 0}},
 	}
 	for _, tt := range tests {
 		srv, cli := tt.c.Commands(tt.d, "/p")
 		if srv != tt.srv || cli != tt.cli {
-			t.Errorf("%s %s:\n got %q\n     %q\nwant %q\n     %q", tt.c.Name, tt.d, srv, cli, tt.srv, tt.cli)
+			t.Errorf("%s %s:\n got %+v\n     %+v\nwant %+v\n     %+v", tt.c.Name, tt.d, srv, cli, tt.srv, tt.cli)
 		}
 	}
 	tap := Case{Name: "x", Tool: "ibv_rc_pingpong", Goroce: "pingpong --qp rc", Link: "tap"}
@@ -163,6 +163,20 @@ func TestCommands(t *testing.T) {
 	v6.Link = ""
 	if v6.Applies(RxeToRxe) {
 		t.Error("an IPv6 case has no rxe↔rxe baseline (the veth pair is IPv4 only)")
+	}
+	// --run_infinitely: the client is interrupted, goroce by the harness, the tool by
+	// timeout(1), whose --preserve-status passes on the tool's own death by SIGINT.
+	inf := Case{Name: "x", Tool: "ib_write_bw --run_infinitely", Goroce: "bench write_bw --run_infinitely", Perftest: true, Interrupt: 5}
+	srv, cli = inf.Commands(GoroceToRxe, "")
+	if srv.Interrupt != 0 || cli.Interrupt != 5 || cli.Where != "host" || srv.Cmd != "timeout 120 ib_write_bw --run_infinitely -d rxe0 -x 1 -F" {
+		t.Errorf("interrupted goroce client: %+v / %+v", srv, cli)
+	}
+	srv, cli = inf.Commands(RxeToGoroce, "")
+	if srv.Interrupt != 0 || cli.Cmd != "timeout --preserve-status -s INT 5 ib_write_bw --run_infinitely -d rxe0 -x 1 -F 10.66.0.1" {
+		t.Errorf("interrupted tool client: %+v / %+v", srv, cli)
+	}
+	if inf.Applies(RxeToRxe) {
+		t.Error("an interrupted case has no rxe↔rxe baseline (the tool's server fails when its client dies)")
 	}
 }
 
