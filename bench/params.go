@@ -203,6 +203,11 @@ type Params struct {
 	// and each reports the sum of both directions (bandwidth modes, one
 	// size).
 	Duplex bool
+	// InlineSize is perftest's -I / --inline_size: SENDs and WRITEs of at
+	// most that many bytes are posted inline (IBV_SEND_INLINE: the data is
+	// copied at post time). 0, the default, is what perftest uses on a
+	// device it does not know, such as rxe (or goroce).
+	InlineSize int
 	// Conn is the transport (-c): hca.RC (the default), hca.UC (send and
 	// write modes) or hca.UD (send modes; messages of at most the path
 	// MTU, which perftest's check_mtu enforces once the MTU is agreed:
@@ -362,6 +367,9 @@ func (p *Params) Normalize() error {
 	}
 	if p.Timeout > 31 {
 		return fmt.Errorf("%w: timeout code %d out of [0, 31]", ErrParams, p.Timeout)
+	}
+	if p.InlineSize < 0 {
+		return fmt.Errorf("%w: -I %d: negative inline size", ErrParams, p.InlineSize)
 	}
 	if p.OutReads < 0 {
 		return fmt.Errorf("%w: -o %d outstanding reads", ErrParams, p.OutReads)

@@ -63,7 +63,7 @@ func PrintHeader(w io.Writer, r *Report) {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", outReads(r.Local))
 	}
 	if !p.Mode.isRead() && !p.Mode.atomic() {
-		fmt.Fprintf(w, " Max inline data : 0[B]\n")
+		fmt.Fprintf(w, " Max inline data : %d[B]\n", p.InlineSize)
 	}
 	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
 	fmt.Fprintf(w, " Data ex. method : Ethernet\n")

@@ -36,6 +36,7 @@ type Session struct {
 	mtu      bth.MTU
 	outReads int
 	bufSize  int // bytes in each half of a QP's buffer
+	inline   int // the QPs' max_inline_data: sizes up to it are posted inline
 	wcs      []hca.WC
 	samples  []sample
 	lat      []time.Duration
@@ -69,10 +70,11 @@ type qpRes struct {
 	sgl    [1]hca.SGE
 	rwr    hca.RecvWR
 	rsgl   [1]hca.SGE
-	scnt   int // posted sends
-	ccnt   int // sends known complete
-	rcnt   int // receives completed
-	posted int // receives posted
+	flags  transport.SendFlags // SendInline when the size is inlined, else 0
+	scnt   int                 // posted sends
+	ccnt   int                 // sends known complete
+	rcnt   int                 // receives completed
+	posted int                 // receives posted
 }
 
 type sample struct {
@@ -119,6 +121,13 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
+	inline := 0
+	if p.Mode.isSend() || p.Mode == ModeWriteBW || p.Mode == ModeWriteLat {
+		inline = p.InlineSize // perftest inlines SENDs and WRITEs only
+	}
+	if maxInline := dev.Query().MaxInlineData; inline > maxInline {
+		return nil, fmt.Errorf("%w: -I %d: the device takes at most %d bytes inline (max_inline_data)", ErrParams, inline, maxInline)
+	}
 	sq, rq := p.TxDepth, 1
 	if p.Mode.isSend() {
 		rq = p.RxDepth
@@ -142,7 +151,7 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 	for range p.QPs {
 		r := &qpRes{psn: bth.PSN(rand.Uint32() & 0xFFFFFF)}
 		r.qp, err = s.pd.CreateQP(hca.QPInitAttr{Type: p.Conn, SendCQ: s.scq, RecvCQ: s.rcq,
-			Cap: hca.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			Cap: hca.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}})
 		if err != nil {
 			return nil, err
 		}
@@ -151,6 +160,7 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 			return nil, err
 		}
 	}
+	s.inline = inline
 	s.wcs = make([]hca.WC, max(64, min((sq+rq)*p.QPs, 1024)))
 	if err := s.toInit(); err != nil {
 		return nil, err
@@ -312,6 +322,11 @@ func (s *Session) setSize(size int) {
 	for _, r := range s.qps {
 		r.sgl[0] = r.mr.SGE(0, size)
 		r.wr.SGL = r.sgl[:]
+		// ctx_set_send_reg_wqes: IBV_SEND_INLINE when the size fits.
+		r.flags, r.wr.Inline = 0, nil
+		if size <= s.inline {
+			r.flags, r.wr.Inline = transport.SendInline, r.mr.Bytes()[:size]
+		}
 		if s.p.Conn == hca.UD {
 			// ctx_set_recv_wqes: the 40-byte GRH first, placed so that
 			// the payload starts on a cache line.
@@ -637,9 +652,9 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 						break
 					}
 					r.wr.ID = uint64(i)<<32 | uint64(uint32(r.scnt))
-					r.wr.Flags = 0
+					r.wr.Flags = r.flags
 					if (r.scnt+1)%p.CQMod == 0 || (p.Duration == 0 && r.scnt+1 == p.Iters) {
-						r.wr.Flags = transport.SendSignaled
+						r.wr.Flags |= transport.SendSignaled
 					}
 					if err := r.qp.PostSend(&r.wr); err != nil {
 						return BWResult{}, fmt.Errorf("bench: post %s: %w", s.opName(), err)
@@ -1008,7 +1023,7 @@ func (s *Session) postLat(ctx context.Context, r *qpRes, i, size int) error {
 		r.mr.Bytes()[size-1] = byte(i)
 	}
 	r.wr.ID = uint64(i)
-	r.wr.Flags = transport.SendSignaled
+	r.wr.Flags = r.flags | transport.SendSignaled
 	if err := r.qp.PostSend(&r.wr); err != nil {
 		return fmt.Errorf("bench: post %s: %w", s.opName(), err)
 	}

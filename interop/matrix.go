@@ -328,6 +328,9 @@ var Matrix = []Case{
 	pt("send_lat_D2", "ib_send_lat", "send_lat", "-D 2", []string{"RC_SEND_ONLY"},
 		note("-D: latency by duration; both sides print t_avg and round trips per second")),
 	pt("read_lat_D2", "ib_read_lat", "read_lat", "-D 2", []string{"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"}),
+	pt("send_lat_inline", "ib_send_lat", "send_lat", "-s 64 -I 64 -n 500", []string{"RC_SEND_ONLY"},
+		note("-I 64: goroce posts inline (the data copied at post time); perftest on rxe says \"Device not recognized to implement inline feature. Disabling it\" and runs with 0; the wire is the same")),
+	pt("write_bw_inline", "ib_write_bw", "write_bw", "-s 128 -I 128 -n 2000", []string{"RC_RDMA_WRITE_ONLY"}),
 	pt("write_bw_infinite", "ib_write_bw", "write_bw", "--run_infinitely -D 1", writeFML, interrupt(5),
 		note("--run_infinitely: a line a second until SIGINT at 5 s; goroce's client then ends the exchange, so the real server reports; the real client dies of it and goroce's server says so")),
 }

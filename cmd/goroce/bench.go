@@ -76,6 +76,8 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&p.TxDepth, "t", 0, "TX `DEPTH` (default 128 for bw, 1 for lat)")
 	fs.IntVar(&p.RxDepth, "r", 0, "RX `DEPTH` of send tests (default 512)")
 	fs.IntVar(&p.CQMod, "Q", 0, "CQ moderation: one signaled WR in `N` (default 100, capped at the TX depth; 1 for messages over 8 KiB without -a, as perftest)")
+	fs.IntVar(&p.InlineSize, "I", 0, "post SENDs and WRITEs of at most `SIZE` bytes inline (default 0, as perftest on a device it does not know)")
+	fs.IntVar(&p.InlineSize, "inline_size", 0, "same as -I")
 	fs.IntVar(&p.OutReads, "o", 0, "`N` outstanding RDMA READs or atomics per QP, read and atomic modes (default: the device's max_qp_rd_atom)")
 	fs.IntVar(&p.OutReads, "outs", 0, "same as -o")
 	fs.BoolVar(&p.NoPeak, "N", false, "print no peak bandwidth (perftest's --noPeak; always with -D, as perftest)")
