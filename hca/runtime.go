@@ -89,6 +89,8 @@ type reader struct {
 	rt     *runtime
 	r      link.Reader
 	poller link.Poller // r, when it can be read without blocking
+	viewer link.Viewer // r, when it can pass frames in place (nil once it said it cannot)
+	feedFn func([]byte)
 
 	// mu is held while a batch is read and processed, so that the reader
 	// goroutine and busy-polling callers take turns and packets are
@@ -99,6 +101,13 @@ type reader struct {
 	pkt   wire.Packet
 	info  transport.RxInfo
 	fed   []*shard // shards the current batch fed, in order
+
+	// The batch being fed (begin, feed, end).
+	now    transport.Time
+	locked *QP
+	ls     *shard // locked shard
+	frames int
+	bytes  uint64
 
 	// polled counts busy-poll rounds that read this queue; seen is its
 	// value when the reader goroutine last looked (reader goroutine only).
@@ -206,6 +215,8 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 	for _, l := range links {
 		r := &reader{rt: rt, r: l, bufs: make([][]byte, b), sizes: make([]int, b), fed: make([]*shard, 0, nShards)}
 		r.poller, _ = l.(link.Poller)
+		r.viewer, _ = l.(link.Viewer)
+		r.feedFn = r.feed
 		for i := range r.bufs {
 			r.bufs[i] = make([]byte, rt.lhr+frameSize)
 		}
@@ -309,10 +320,7 @@ func (r *reader) run() {
 			} else {
 				r.mu.Lock()
 			}
-			n, err = r.poller.TryRead(r.bufs, r.sizes, rt.lhr)
-			if n > 0 {
-				r.process(n, false)
-			}
+			n, err = r.readProcess(false, false)
 			r.mu.Unlock()
 			if err == nil && n == 0 && busy && r.polled.Load() != r.seen {
 				if !r.standAside() {
@@ -327,10 +335,7 @@ func (r *reader) run() {
 				err = r.poller.WaitRead()
 			}
 		} else {
-			n, err = r.r.Read(r.bufs, r.sizes, rt.lhr)
-			if err == nil {
-				r.process(n, false)
-			}
+			n, err = r.readProcess(true, false)
 		}
 		if err != nil {
 			if errors.Is(err, link.ErrClosed) {
@@ -368,16 +373,54 @@ func (r *reader) standAside() bool {
 	}
 }
 
+// readProcess reads one batch, waiting for it with wait (Read) or not
+// (TryRead, which needs r.poller), and processes it (process). With a
+// viewer the frames are fed to their QPs where the link holds them, as it
+// passes them, with no copy into r.bufs.
+func (r *reader) readProcess(wait, deferred bool) (int, error) {
+	if r.viewer != nil {
+		r.begin()
+		n, err := r.viewer.ViewRead(wait, len(r.bufs), frameSize, r.feedFn)
+		last := r.end()
+		if n > 0 {
+			r.answer(last, r.now, deferred)
+		}
+		if !errors.Is(err, link.ErrNotSupported) {
+			return n, err
+		}
+		r.viewer = nil // for good: the link said so having read nothing
+	}
+	var n int
+	var err error
+	if wait {
+		n, err = r.r.Read(r.bufs, r.sizes, r.rt.lhr)
+	} else {
+		n, err = r.poller.TryRead(r.bufs, r.sizes, r.rt.lhr)
+	}
+	if n > 0 && err == nil {
+		r.process(n, deferred)
+	}
+	return n, err
+}
+
 // process feeds the n frames in r.bufs to their QPs and sends what they
 // answer, or with deferred (a busy-poll round) leaves that to the poller
 // (shard.deferred).
 func (r *reader) process(n int, deferred bool) {
-	raceAcquireLink()
+	r.begin()
+	for i := range n {
+		r.feed(r.bufs[i][r.rt.lhr : r.rt.lhr+r.sizes[i]])
+	}
+	r.answer(r.end(), r.now, deferred)
+}
+
+// answer sends what the batch that fed shard last (still locked; nil if
+// none) and the others in r.fed calls for, or with deferred leaves it to
+// the poller. It unlocks last.
+func (r *reader) answer(last *shard, now transport.Time, deferred bool) {
 	rt := r.rt
-	now := rt.d.now()
-	last := r.receive(n, now)
 	if last != nil {
-		// Still locked by receive.
+		// Still locked by feed.
 		if deferred {
 			last.deferUntil(now)
 		} else {
@@ -528,11 +571,8 @@ func (rt *runtime) poll(mask uint64) bool {
 			continue
 		}
 		r.polled.Add(1)
-		n, err := r.poller.TryRead(r.bufs, r.sizes, rt.lhr)
-		if n > 0 {
-			r.process(n, true)
-			got = true
-		}
+		n, err := r.readProcess(false, true)
+		got = got || n > 0
 		r.mu.Unlock()
 		_ = err // the reader goroutine reports link errors
 	}
@@ -666,62 +706,75 @@ func (s *shard) activate(q *QP) {
 	}
 }
 
-// receive feeds n received frames to their QPs and returns the shard it
-// fed last, still locked (nil if none).
-func (r *reader) receive(n int, now transport.Time) *shard {
+// begin starts feeding a batch of received frames (feed, then end).
+func (r *reader) begin() {
+	r.locked, r.ls, r.frames, r.bytes = nil, nil, 0, 0
+}
+
+// feed decodes one received frame and feeds it to its QP, under the QP's
+// and its shard's locks, which it keeps for the next frame of the same QP.
+// It does not keep frame.
+func (r *reader) feed(frame []byte) {
 	rt := r.rt
 	d := rt.d
-	var locked *QP
-	var ls *shard // locked shard
-	var bytes uint64
-	for i := range n {
-		bytes += uint64(r.sizes[i])
+	if r.frames == 0 {
+		raceAcquireLink()
+		r.now = d.now()
 	}
-	// Once per batch: readers of several shards share these counters.
-	d.Counters.RxFrames.Add(uint64(n))
-	d.Counters.RxBytes.Add(bytes)
-	for i := 0; i < n; i++ {
-		frame := r.bufs[i][rt.lhr : rt.lhr+r.sizes[i]]
-		p := &r.pkt
-		if err := p.Decode(frame, rt.framing); err != nil {
-			rt.countDecodeError(err)
-			continue
+	r.frames++
+	r.bytes += uint64(len(frame))
+	p := &r.pkt
+	if err := p.Decode(frame, rt.framing); err != nil {
+		rt.countDecodeError(err)
+		return
+	}
+	q := d.qps.get(uint32(p.DestQP))
+	if q == nil || q.destroyed.Load() {
+		d.Counters.RxUnknownQP.Add(1)
+		return
+	}
+	if r.locked != q {
+		if r.locked != nil {
+			r.ls.afterEngine(r.locked)
+			r.locked.mu.Unlock()
 		}
-		q := d.qps.get(uint32(p.DestQP))
-		if q == nil || q.destroyed.Load() {
-			d.Counters.RxUnknownQP.Add(1)
-			continue
-		}
-		if locked != q {
-			if locked != nil {
-				ls.afterEngine(locked)
-				locked.mu.Unlock()
+		if s := q.shard; s != r.ls {
+			if r.ls != nil {
+				r.ls.mu.Unlock()
 			}
-			if s := q.shard; s != ls {
-				if ls != nil {
-					ls.mu.Unlock()
-				}
-				s.mu.Lock()
-				ls = s
-				r.markFed(s)
-			}
-			q.mu.Lock()
-			locked = q
+			s.mu.Lock()
+			r.ls = s
+			r.markFed(s)
 		}
-		if !rt.addressed(q, p) {
-			d.Counters.RxWrongAddress.Add(1)
-			continue
-		}
-		if q.typ == UD {
-			p.VerbsGRH(&r.info.GRH)
-			r.info.HasGRH = true
-		}
-		q.eng.Receive(now, p.Transport(), &r.info)
+		q.mu.Lock()
+		r.locked = q
 	}
-	if locked != nil {
-		ls.afterEngine(locked)
-		locked.mu.Unlock()
+	if !rt.addressed(q, p) {
+		d.Counters.RxWrongAddress.Add(1)
+		return
 	}
+	if q.typ == UD {
+		p.VerbsGRH(&r.info.GRH)
+		r.info.HasGRH = true
+	}
+	q.eng.Receive(r.now, p.Transport(), &r.info)
+}
+
+// end finishes the batch: it counts it and returns the shard it fed last,
+// still locked (nil if none).
+func (r *reader) end() *shard {
+	if r.locked != nil {
+		r.ls.afterEngine(r.locked)
+		r.locked.mu.Unlock()
+		r.locked = nil
+	}
+	if r.frames > 0 {
+		// Once per batch: readers of several shards share these counters.
+		r.rt.d.Counters.RxFrames.Add(uint64(r.frames))
+		r.rt.d.Counters.RxBytes.Add(r.bytes)
+	}
+	ls := r.ls
+	r.ls = nil
 	return ls
 }
 

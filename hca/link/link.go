@@ -148,6 +148,22 @@ type RxQueuer interface {
 	SplitRx(n int) ([]Reader, error)
 }
 
+// Viewer is implemented by links (and receive queues) that can hand
+// received frames to the caller where they lie in the link's own buffers
+// instead of copying them into the caller's (the UDP link splits a GRO or
+// GSO super-datagram in place).
+type Viewer interface {
+	// ViewRead is Read (wait) or Poller.TryRead (!wait) that calls fn with
+	// each frame received, in order, at most max of them, and returns how
+	// many it passed. A frame is valid only during its call of fn, which
+	// must not keep it: the link overwrites it next. Frames longer than
+	// maxFrame are dropped and counted, as Read drops frames longer than
+	// its buffers. A link that cannot for its configuration returns an
+	// error wrapping ErrNotSupported, having consumed nothing; the caller
+	// then uses Read. Calls must not overlap one another, Read or TryRead.
+	ViewRead(wait bool, max, maxFrame int, fn func(frame []byte)) (n int, err error)
+}
+
 // Poller is implemented by links (and receive queues) whose reception can
 // be driven without blocking, so that the HCA can busy-poll: an
 // application spinning on a CQ (hca.Options.BusyPoll) receives and

@@ -4,6 +4,7 @@ package udp
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"syscall"
 	"unsafe"
@@ -50,6 +51,9 @@ type rxState struct {
 	got, cur int
 	seg      int // next segment of datagram cur
 	segSize  int // its segment size (0: not yet determined)
+	// hdr is datagram cur's IPv4 and UDP headers, which ViewRead writes
+	// in front of each segment in turn.
+	hdr [ipv4Hdr + udpHdr]byte
 
 	pkt wire.Packet
 
@@ -97,6 +101,12 @@ func (e *Endpoint) TryRead(bufs [][]byte, sizes []int, offset int) (int, error) 
 // WaitRead blocks until the socket may hold a packet (link.Poller).
 func (e *Endpoint) WaitRead() error { return e.rx.WaitRead() }
 
+// ViewRead passes received frames to fn in the endpoint's own buffers
+// (link.Viewer; IPv4 only).
+func (e *Endpoint) ViewRead(wait bool, max, maxFrame int, fn func(frame []byte)) (int, error) {
+	return e.rx.ViewRead(wait, max, maxFrame, fn)
+}
+
 // Read receives through r (see Endpoint.Read).
 func (r *rxState) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return r.read(bufs, sizes, offset, true)
@@ -136,14 +146,7 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 				e.st.rxFrames.Add(uint64(n))
 				return n, nil
 			}
-			if r.own == nil {
-				r.own = make([][]byte, e.cfg.BatchSize)
-				for i := range r.own {
-					r.own[i] = make([]byte, maxDatagram)
-					setIov(&r.iovs[i], r.own[i]) // for good
-				}
-			}
-			r.nmsg = len(r.own)
+			r.ownBuffers()
 		} else {
 			k := 0
 			for k < len(bufs) && len(bufs[k]) > offset+ipv6Hdr+udpHdr {
@@ -155,30 +158,12 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 			}
 			r.nmsg = k
 		}
-		r.prepareMsgs()
-		r.n, r.errno = 0, 0
-		var err error
-		again := false
-		if wait {
-			err = r.poll.Recv(r.rc)
-		} else {
-			again, err = r.poll.Try(r.rc)
-		}
+		again, err := r.recvBatch(wait)
 		if r.direct {
 			clear(r.iovs[:r.nmsg])
 		}
-		if err != nil {
-			return 0, e.closedErr(err)
-		}
-		if again {
-			return 0, nil // TryRead: nothing queued
-		}
-		r.dirty = r.n
-		if r.errno != 0 {
-			if e.closed.Load() {
-				return 0, link.ErrClosed
-			}
-			return 0, r.errno
+		if err != nil || again {
+			return 0, err // again: TryRead found nothing queued
 		}
 		if r.direct {
 			if n := r.deliverDirect(bufs, sizes, offset); n > 0 {
@@ -189,6 +174,139 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 		}
 		r.got, r.cur, r.seg, r.segSize = r.n, 0, 0, 0
 	}
+}
+
+// ownBuffers readies the endpoint's own receive buffers (once) as the
+// next batch's targets.
+func (r *rxState) ownBuffers() {
+	if r.own == nil {
+		r.own = make([][]byte, r.e.cfg.BatchSize)
+		for i := range r.own {
+			r.own[i] = make([]byte, maxDatagram)
+			setIov(&r.iovs[i], r.own[i]) // for good
+		}
+	}
+	r.nmsg = len(r.own)
+}
+
+// recvBatch runs one recvmmsg of r.msgs[:r.nmsg], waiting for a packet
+// when wait is set; again reports that a non-waiting call found nothing.
+func (r *rxState) recvBatch(wait bool) (again bool, err error) {
+	e := r.e
+	r.prepareMsgs()
+	r.n, r.errno = 0, 0
+	if wait {
+		err = r.poll.Recv(r.rc)
+	} else {
+		again, err = r.poll.Try(r.rc)
+	}
+	if err != nil {
+		return false, e.closedErr(err)
+	}
+	if again {
+		return true, nil
+	}
+	r.dirty = r.n
+	if r.errno != 0 {
+		if e.closed.Load() {
+			return false, link.ErrClosed
+		}
+		return false, r.errno
+	}
+	return false, nil
+}
+
+// ViewRead is Read (wait) or TryRead (!wait) without the copy
+// (link.Viewer): IPv4 only; IPv6 returns ErrNotSupported.
+func (r *rxState) ViewRead(wait bool, max, maxFrame int, fn func(frame []byte)) (int, error) {
+	e := r.e
+	if e.closed.Load() {
+		return 0, link.ErrClosed
+	}
+	if e.is6 {
+		return 0, fmt.Errorf("udp: frame views of IPv6: %w", link.ErrNotSupported)
+	}
+	if max < 1 {
+		return 0, nil
+	}
+	for {
+		if n := r.view(max, maxFrame, fn); n > 0 {
+			e.st.rxFrames.Add(uint64(n))
+			return n, nil
+		}
+		r.ownBuffers()
+		if again, err := r.recvBatch(wait); err != nil || again {
+			return 0, err
+		}
+		r.got, r.cur, r.seg, r.segSize = r.n, 0, 0, 0
+	}
+}
+
+// view passes up to max pending frames to fn in place (see ViewRead).
+func (r *rxState) view(max, maxFrame int, fn func([]byte)) int {
+	n := 0
+	for n < max && r.cur < r.got {
+		m := &r.msgs[r.cur]
+		d := r.own[r.cur][:m.Len]
+		if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			r.e.st.rxTooLarge.Add(1)
+			r.next()
+			continue
+		}
+		n += r.view4(d, max-n, maxFrame, fn)
+	}
+	return n
+}
+
+// view4 is deliver4 in place: segment i of a super-datagram gets its IPv4
+// and UDP headers written over the last bytes of segment i-1, which fn
+// has done with, and is passed to fn where it lies.
+func (r *rxState) view4(d []byte, max, maxFrame int, fn func([]byte)) int {
+	const h = ipv4Hdr + udpHdr
+	if r.segSize == 0 {
+		g, whole := r.segment4(d)
+		if whole {
+			if len(d) > maxFrame {
+				r.e.st.rxTooLarge.Add(1)
+				return 0
+			}
+			fn(d)
+			return 1
+		}
+		if g == 0 {
+			return 0
+		}
+		copy(r.hdr[:], d[:h]) // segment 0 on, the headers' source
+	}
+	g := r.segSize
+	p := len(d) - h
+	hdr := wire.IPv4(r.hdr[:])
+	id0 := binary.BigEndian.Uint16(r.hdr[4:])
+	n := 0
+	for n < max {
+		start := r.seg * g
+		if start >= p {
+			r.next()
+			break
+		}
+		size := min(g, p-start)
+		id := id0 + uint16(r.seg)
+		r.seg++
+		if h+size > maxFrame {
+			r.e.st.rxTooLarge.Add(1)
+			continue
+		}
+		out := d[start : start+h+size]
+		copy(out, r.hdr[:])
+		binary.BigEndian.PutUint16(out[2:], uint16(h+size))
+		binary.BigEndian.PutUint16(out[4:], id)
+		binary.BigEndian.PutUint16(out[24:], uint16(udpHdr+size))
+		binary.BigEndian.PutUint16(out[26:], 0) // no UDP checksum (masked in the ICRC)
+		wire.IPv4(out).SetChecksum(hdr.ChecksumFor(uint16(h+size), id))
+		fn(out)
+		n++
+	}
+	return n
 }
 
 // prepareMsgs readies r.msgs[:r.nmsg] for recvmmsg. Each message's iovec
@@ -272,29 +390,8 @@ func (r *rxState) next() { r.cur, r.seg, r.segSize = r.cur+1, 0, 0 }
 func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int {
 	e := r.e
 	if r.segSize == 0 {
-		if len(d) < ipv4Hdr+udpHdr || d[0] != 0x45 ||
-			int(binary.BigEndian.Uint16(d[2:])) != len(d) || d[9] != unix.IPPROTO_UDP ||
-			int(binary.BigEndian.Uint16(d[24:])) != len(d)-ipv4Hdr {
-			e.st.rxMalformed.Add(1)
-			r.next()
-			return 0
-		}
-		if r.ring != nil && !wire.IPv4(d).IsChecksumValid() {
-			// The IP layer, which checks it for the raw socket, has not
-			// seen a packet from the ring yet.
-			e.st.rxMalformed.Add(1)
-			r.next()
-			return 0
-		}
-		if [4]byte(d[16:20]) != e.cfg.Addr.As4() || binary.BigEndian.Uint16(d[22:]) != e.cfg.Port {
-			e.st.rxWrongAddress.Add(1)
-			r.next()
-			return 0
-		}
-		p := len(d) - ipv4Hdr - udpHdr
-		g := fixedAggregate(d[ipv4Hdr+udpHdr:])
-		if p <= maxRoCEPacket && g == 0 {
-			r.next()
+		g, whole := r.segment4(d)
+		if whole {
 			if len(d) > len(bufs[0])-offset {
 				e.st.rxTooLarge.Add(1)
 				return 0
@@ -303,16 +400,8 @@ func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int
 			return 1
 		}
 		if g == 0 {
-			g = r.findSegment(d)
+			return 0
 		}
-		if g == 0 {
-			// Not a GSO run of RoCE packets: an ordinary (over-long)
-			// datagram, delivered whole.
-			g = p
-		} else {
-			e.st.rxAggregates.Add(1)
-		}
-		r.segSize = g
 	}
 	// Split the super-datagram the way the kernel's GSO segmentation would.
 	g := r.segSize
@@ -346,6 +435,51 @@ func (r *rxState) deliver4(d []byte, bufs [][]byte, sizes []int, offset int) int
 		r.seg++
 	}
 	return n
+}
+
+// segment4 checks the first look at IPv4 datagram d. whole: d is one
+// frame, to deliver as it is (r has moved past it). Otherwise it returns
+// d's segment size, also set in r.segSize, or 0 when d was dropped and
+// counted (r has moved past it).
+func (r *rxState) segment4(d []byte) (g int, whole bool) {
+	e := r.e
+	if len(d) < ipv4Hdr+udpHdr || d[0] != 0x45 ||
+		int(binary.BigEndian.Uint16(d[2:])) != len(d) || d[9] != unix.IPPROTO_UDP ||
+		int(binary.BigEndian.Uint16(d[24:])) != len(d)-ipv4Hdr {
+		e.st.rxMalformed.Add(1)
+		r.next()
+		return 0, false
+	}
+	if r.ring != nil && !wire.IPv4(d).IsChecksumValid() {
+		// The IP layer, which checks it for the raw socket, has not
+		// seen a packet from the ring yet.
+		e.st.rxMalformed.Add(1)
+		r.next()
+		return 0, false
+	}
+	if [4]byte(d[16:20]) != e.cfg.Addr.As4() || binary.BigEndian.Uint16(d[22:]) != e.cfg.Port {
+		e.st.rxWrongAddress.Add(1)
+		r.next()
+		return 0, false
+	}
+	p := len(d) - ipv4Hdr - udpHdr
+	g = fixedAggregate(d[ipv4Hdr+udpHdr:])
+	if p <= maxRoCEPacket && g == 0 {
+		r.next()
+		return 0, true
+	}
+	if g == 0 {
+		g = r.findSegment(d)
+	}
+	if g == 0 {
+		// Not a GSO run of RoCE packets: an ordinary (over-long)
+		// datagram, delivered whole.
+		g = p
+	} else {
+		e.st.rxAggregates.Add(1)
+	}
+	r.segSize = g
+	return g, false
 }
 
 // fixedAggregate returns the segment size of UDP payload p when p is a

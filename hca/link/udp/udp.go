@@ -152,6 +152,8 @@ var (
 	_ link.RxQueuer     = (*Endpoint)(nil)
 	_ link.Poller       = (*Endpoint)(nil)
 	_ link.Poller       = (*rxQueue)(nil)
+	_ link.Viewer       = (*Endpoint)(nil)
+	_ link.Viewer       = (*rxQueue)(nil)
 )
 
 // Open creates the sockets and binds them to cfg.Addr:cfg.Port.
