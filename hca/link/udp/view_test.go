@@ -113,24 +113,10 @@ func TestViewRead(t *testing.T) {
 				}
 			}
 			total := len(frames) + len(single)
+			send()
+			want := readN(t, b, total)
 			wd := linktest.NewWatchdog(linktest.Timeout, b)
 			defer wd.Stop()
-			send()
-			var want [][]byte
-			bufs := make([][]byte, 64)
-			for i := range bufs {
-				bufs[i] = make([]byte, 2048)
-			}
-			sizes := make([]int, 64)
-			for len(want) < total {
-				n, err := b.Read(bufs, sizes, 0)
-				if err != nil {
-					t.Fatal(wd.Err(err, len(want), total))
-				}
-				for i := range n {
-					want = append(want, append([]byte(nil), bufs[i][:sizes[i]]...))
-				}
-			}
 			send()
 			var got [][]byte
 			keep := func(fr []byte) { got = append(got, append([]byte(nil), fr...)) }
