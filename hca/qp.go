@@ -466,6 +466,40 @@ func (q *QP) PostSend(wr *SendWR) error {
 	return nil
 }
 
+// PostSendList posts wrs in order as one list (ibv_post_send of a chained
+// list): they are queued under one lock and the device is told once. It
+// stops at the first WR it refuses and returns how many it posted before
+// it, as ibv_post_send's bad_wr says.
+func (q *QP) PostSendList(wrs []SendWR) (int, error) {
+	if q.destroyed.Load() {
+		return 0, ErrDestroyed
+	}
+	var err error
+	n := 0
+	q.mu.Lock()
+	now := q.dev.now()
+	for i := range wrs {
+		wr := &wrs[i]
+		if q.typ == UD {
+			var a wire.Addr
+			if !q.dev.ahs.lookup(wr.AH, &a) {
+				err = fmt.Errorf("%w: UD send WR %d names no valid AH (%d)", ErrInvalidArg, wr.ID, wr.AH)
+				break
+			}
+		}
+		if e := q.eng.PostSend(now, wr); e != nil {
+			err = fmt.Errorf("hca: QP 0x%06x post_send WR %d: %w", uint32(q.qpn), wr.ID, e)
+			break
+		}
+		n++
+	}
+	q.mu.Unlock()
+	if n > 0 {
+		q.dev.rt.kick(q)
+	}
+	return n, err
+}
+
 // PostRecv posts one receive work request (ibv_post_recv). A QP with an
 // SRQ refuses it. In ERR the WR completes at once with WR_FLUSH_ERR.
 func (q *QP) PostRecv(wr *RecvWR) error {
