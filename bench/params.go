@@ -203,6 +203,11 @@ type Params struct {
 	// and each reports the sum of both directions (bandwidth modes, one
 	// size).
 	Duplex bool
+	// PostList is perftest's -l / --post_list (bandwidth modes): WRs are
+	// posted in chained lists of that many (hca.QP.PostSendList), and
+	// without -Q the CQ moderation is the list's length, as perftest sets
+	// it. 0 means 1.
+	PostList int
 	// InlineSize is perftest's -I / --inline_size: SENDs and WRITEs of at
 	// most that many bytes are posted inline (IBV_SEND_INLINE: the data is
 	// copied at post time). 0, the default, is what perftest uses on a
@@ -245,6 +250,7 @@ func (p *Params) Normalize() error {
 	if p.Size != 0 && !p.normalized {
 		p.sizeGiven = true
 	}
+	cqGiven := p.CQMod != 0
 	if p.RxDepth != 0 && !p.normalized {
 		p.rxGiven = true
 	}
@@ -362,6 +368,9 @@ func (p *Params) Normalize() error {
 	if !p.Mode.IsBW() {
 		p.CQMod = 1
 	}
+	if err := p.postList(cqGiven); err != nil {
+		return err
+	}
 	if p.Timeout == 0 {
 		p.Timeout = DefaultTimeout
 	}
@@ -375,6 +384,50 @@ func (p *Params) Normalize() error {
 		return fmt.Errorf("%w: -o %d outstanding reads", ErrParams, p.OutReads)
 	}
 	return nil
+}
+
+// postList applies -l (force_dependecies: after the other CQ moderation
+// rules, the list's length becomes the moderation unless -Q was given);
+// goroce refuses what perftest would overshoot or mis-signal.
+func (p *Params) postList(cqGiven bool) error {
+	if p.PostList == 0 {
+		p.PostList = 1
+	}
+	switch {
+	case p.PostList < 1:
+		return fmt.Errorf("%w: -l %d: a post list holds at least one WR", ErrParams, p.PostList)
+	case p.PostList == 1:
+		return nil
+	case !p.Mode.IsBW():
+		return fmt.Errorf("%w: -l %d: post lists apply to the bandwidth modes", ErrParams, p.PostList)
+	case p.PostList > p.TxDepth:
+		return fmt.Errorf("%w: -l %d: a post list longer than the TX depth (%d)", ErrParams, p.PostList, p.TxDepth)
+	case p.Duration == 0 && p.Iters%p.PostList != 0:
+		return fmt.Errorf("%w: Number of iterations must be a multiple of post list size (-n %d, -l %d)", ErrParams, p.Iters, p.PostList)
+	}
+	if !cqGiven {
+		p.CQMod = p.PostList
+	} else if p.PostList%p.CQMod != 0 {
+		return fmt.Errorf("%w: Post list size must be a multiple of CQ moderation (-l %d, -Q %d)", ErrParams, p.PostList, p.CQMod)
+	}
+	return nil
+}
+
+// PostListNotice is what perftest prints when -l sets the CQ moderation.
+const PostListNotice = "Post List requested - CQ moderation will be the size of the post list"
+
+// Notices returns the lines perftest's force_dependecies prints on stdout
+// about p as given (before Normalize), each after a RESULT_LINE: a -Q
+// over 1 with messages over 8 KiB, and -l setting the CQ moderation.
+func (p Params) Notices() []string {
+	var n []string
+	if p.CQMod > 1 && p.Size > cqModSizeLimit && p.Conn != hca.UD && !p.All {
+		n = append(n, "Warning: Large message requested and CQ moderation enabled\nWarning: It can lead to inaccurate results")
+	}
+	if p.PostList > 1 && p.CQMod == 0 {
+		n = append(n, PostListNotice)
+	}
+	return n
 }
 
 // FitUD applies perftest's check_mtu to a UD run once the path MTU is

@@ -15,6 +15,10 @@ import (
 // resultLine is perftest's RESULT_LINE.
 const resultLine = "---------------------------------------------------------------------------------------"
 
+// ResultLine is perftest's RESULT_LINE, for callers printing around the
+// report.
+const ResultLine = resultLine
+
 // PrintHeader prints perftest's ctx_print_test_info block and the
 // local/remote address lines (ctx_print_pingpong_data) for r.
 func PrintHeader(w io.Writer, r *Report) {
@@ -29,6 +33,9 @@ func PrintHeader(w io.Writer, r *Report) {
 	}
 	if p.Duplex {
 		title += "Bidirectional "
+	}
+	if p.PostList > 1 {
+		title += "Post List "
 	}
 	if p.Mode.IsBW() {
 		title += "BW Test"
@@ -49,6 +56,9 @@ func PrintHeader(w io.Writer, r *Report) {
 	// tests included.
 	if r.Client || p.Duplex {
 		fmt.Fprintf(w, " TX depth        : %d\n", p.TxDepth)
+	}
+	if p.PostList > 1 { // between the depths (interop logs of -l)
+		fmt.Fprintf(w, " Post List       : %d\n", p.PostList)
 	}
 	if p.Mode.isSend() && (!r.Client || p.Duplex) {
 		fmt.Fprintf(w, " RX depth        : %d\n", min(p.RxDepth, p.Iters))

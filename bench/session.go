@@ -70,6 +70,7 @@ type qpRes struct {
 	sgl    [1]hca.SGE
 	rwr    hca.RecvWR
 	rsgl   [1]hca.SGE
+	list   []hca.SendWR        // one post list's WRs (Params.PostList > 1)
 	flags  transport.SendFlags // SendInline when the size is inlined, else 0
 	scnt   int                 // posted sends
 	ccnt   int                 // sends known complete
@@ -643,23 +644,19 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 			} else {
 				stop = p.Duration > 0 && time.Since(start) >= p.Duration
 			}
+			pl := p.PostList
 			for i, r := range s.qps {
-				for r.scnt-r.ccnt < p.TxDepth {
+				// perftest's run_iter_bw posts whole lists only.
+				for r.scnt-r.ccnt+pl <= p.TxDepth {
 					if p.Duration == 0 && r.scnt >= p.Iters {
 						break
 					}
 					if stop && r.scnt%p.CQMod == 0 {
 						break
 					}
-					r.wr.ID = uint64(i)<<32 | uint64(uint32(r.scnt))
-					r.wr.Flags = r.flags
-					if (r.scnt+1)%p.CQMod == 0 || (p.Duration == 0 && r.scnt+1 == p.Iters) {
-						r.wr.Flags |= transport.SendSignaled
+					if err := s.postBW(r, i, pl); err != nil {
+						return BWResult{}, err
 					}
-					if err := r.qp.PostSend(&r.wr); err != nil {
-						return BWResult{}, fmt.Errorf("bench: post %s: %w", s.opName(), err)
-					}
-					r.scnt++
 				}
 			}
 			if stop {
@@ -750,6 +747,41 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 		el = time.Since(start)
 	}
 	return s.bwResult(size, done, el), nil
+}
+
+// postBW posts the next n WRs of QP i, signaling one in CQMod and the
+// run's last: one at a time, or as one post list.
+func (s *Session) postBW(r *qpRes, i, n int) error {
+	p := &s.p
+	wr := func(k int) hca.SendWR {
+		w := r.wr
+		w.ID = uint64(i)<<32 | uint64(uint32(k))
+		w.Flags = r.flags
+		if (k+1)%p.CQMod == 0 || (p.Duration == 0 && k+1 == p.Iters) {
+			w.Flags |= transport.SendSignaled
+		}
+		return w
+	}
+	if n == 1 {
+		r.wr = wr(r.scnt)
+		if err := r.qp.PostSend(&r.wr); err != nil {
+			return fmt.Errorf("bench: post %s: %w", s.opName(), err)
+		}
+		r.scnt++
+		return nil
+	}
+	if len(r.list) != n {
+		r.list = make([]hca.SendWR, n)
+	}
+	for k := range r.list {
+		r.list[k] = wr(r.scnt + k)
+	}
+	posted, err := r.qp.PostSendList(r.list)
+	r.scnt += posted
+	if err != nil {
+		return fmt.Errorf("bench: post %s list: %w", s.opName(), err)
+	}
+	return nil
 }
 
 // sentThrough is the number of sends through the one whose completion

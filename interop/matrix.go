@@ -331,6 +331,9 @@ var Matrix = []Case{
 	pt("send_lat_inline", "ib_send_lat", "send_lat", "-s 64 -I 64 -n 500", []string{"RC_SEND_ONLY"},
 		note("-I 64: goroce posts inline (the data copied at post time); perftest on rxe says \"Device not recognized to implement inline feature. Disabling it\" and runs with 0; the wire is the same")),
 	pt("write_bw_inline", "ib_write_bw", "write_bw", "-s 128 -I 128 -n 2000", []string{"RC_RDMA_WRITE_ONLY"}),
+	pt("write_bw_postlist", "ib_write_bw", "write_bw", "-s 4096 -n 2000 -l 4", writeFML,
+		note("-l 4: chained lists of 4 WRs (hca.QP.PostSendList), CQ moderation 4; perftest's header says \"Post List\"")),
+	pt("send_bw_postlist", "ib_send_bw", "send_bw", "-s 65536 -n 400 -l 8 -Q 4", sendFML),
 	pt("write_bw_infinite", "ib_write_bw", "write_bw", "--run_infinitely -D 1", writeFML, interrupt(5),
 		note("--run_infinitely: a line a second until SIGINT at 5 s; goroce's client then ends the exchange, so the real server reports; the real client dies of it and goroce's server says so")),
 }

@@ -76,6 +76,8 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&p.TxDepth, "t", 0, "TX `DEPTH` (default 128 for bw, 1 for lat)")
 	fs.IntVar(&p.RxDepth, "r", 0, "RX `DEPTH` of send tests (default 512)")
 	fs.IntVar(&p.CQMod, "Q", 0, "CQ moderation: one signaled WR in `N` (default 100, capped at the TX depth; 1 for messages over 8 KiB without -a, as perftest)")
+	fs.IntVar(&p.PostList, "l", 0, "post WRs in chained lists of `N` (bandwidth modes; the CQ moderation becomes N unless -Q is given)")
+	fs.IntVar(&p.PostList, "post_list", 0, "same as -l")
 	fs.IntVar(&p.InlineSize, "I", 0, "post SENDs and WRITEs of at most `SIZE` bytes inline (default 0, as perftest on a device it does not know)")
 	fs.IntVar(&p.InlineSize, "inline_size", 0, "same as -I")
 	fs.IntVar(&p.OutReads, "o", 0, "`N` outstanding RDMA READs or atomics per QP, read and atomic modes (default: the device's max_qp_rd_atom)")
@@ -228,8 +230,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if o.plot != "" && !strings.HasSuffix(o.plot, ".svg") {
 		o.plot += ".svg"
 	}
+	notices := o.p.Notices()
 	if err := o.p.Normalize(); err != nil {
 		return usageErr("%v", err)
+	}
+	if !o.json && !o.csv {
+		for _, n := range notices { // force_dependecies prints them first
+			fmt.Fprintf(stdout, "%s\n%s\n", bench.ResultLine, n)
+		}
 	}
 	ls, err := o.lf.settings()
 	if err != nil {

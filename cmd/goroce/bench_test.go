@@ -53,6 +53,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "send_lat", "--run_infinitely"},
 		{"bench", "send_bw", "-b", "--run_infinitely"},
 		{"bench", "write_bw", "-a", "--run_infinitely"},
+		{"bench", "write_bw", "-l", "3", "-n", "1000"},
+		{"bench", "send_lat", "-l", "2"},
 	} {
 		st, out, errOut := runCLI(args...)
 		if st != exitUsage {
