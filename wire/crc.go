@@ -283,17 +283,56 @@ func init() {
 // prefixCRC updates the CRC-32 value crc with the first m.n bytes of b,
 // masked by m: slicing-by-8 over whole words, slicing-by-4 for the last
 // 4 bytes (every prefix length is a multiple of 4).
+//
+// The words are unrolled, not looped: under qemu TCG (the interop and
+// bench-vs-rxe guests) a loop whose body lands across a 4 KiB page of
+// code pays a translation-block lookup on every turn, and where the
+// linker happened to put this function across one, Finish and Decode of
+// a 2-byte SEND took twice as long in the guest (interop/tcgcost: 820-950
+// against 440 ns and 1.4-1.6 against 0.75 µs; the same binary linked with
+// -funcalign=512 was back at 440 ns). Forward branches cost nothing of
+// the kind, and a call per word (crcWord is over the inlining budget)
+// would cost one lookup each.
 func prefixCRC(crc uint32, b []byte, m *icrcMask) uint32 {
+	const _ = uint(7 - maxMasked/8) // the unrolled words below cover every prefix
 	t := &crc32Slice8
 	nw := m.n / 8
-	words := m.words[:nw]
 	b = b[:m.n]
 	crc = ^crc
-	for w, mw := range words {
-		v := binary.LittleEndian.Uint64(b[w*8:]) | mw
+	if nw > 0 {
+		v := binary.LittleEndian.Uint64(b[0:]) | m.words[0]
 		lo, hi := uint32(v)^crc, uint32(v>>32)
-		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^
-			t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^ t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+	}
+	if nw > 1 {
+		v := binary.LittleEndian.Uint64(b[8:]) | m.words[1]
+		lo, hi := uint32(v)^crc, uint32(v>>32)
+		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^ t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+	}
+	if nw > 2 {
+		v := binary.LittleEndian.Uint64(b[16:]) | m.words[2]
+		lo, hi := uint32(v)^crc, uint32(v>>32)
+		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^ t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+	}
+	if nw > 3 {
+		v := binary.LittleEndian.Uint64(b[24:]) | m.words[3]
+		lo, hi := uint32(v)^crc, uint32(v>>32)
+		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^ t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+	}
+	if nw > 4 {
+		v := binary.LittleEndian.Uint64(b[32:]) | m.words[4]
+		lo, hi := uint32(v)^crc, uint32(v>>32)
+		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^ t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+	}
+	if nw > 5 {
+		v := binary.LittleEndian.Uint64(b[40:]) | m.words[5]
+		lo, hi := uint32(v)^crc, uint32(v>>32)
+		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^ t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
+	}
+	if nw > 6 {
+		v := binary.LittleEndian.Uint64(b[48:]) | m.words[6]
+		lo, hi := uint32(v)^crc, uint32(v>>32)
+		crc = t[0][hi>>24] ^ t[1][hi>>16&0xFF] ^ t[2][hi>>8&0xFF] ^ t[3][hi&0xFF] ^ t[4][lo>>24] ^ t[5][lo>>16&0xFF] ^ t[6][lo>>8&0xFF] ^ t[7][lo&0xFF]
 	}
 	if m.n&7 != 0 {
 		crc ^= binary.LittleEndian.Uint32(b[nw*8:]) | uint32(m.words[nw&7])
