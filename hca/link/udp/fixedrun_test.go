@@ -252,14 +252,7 @@ func FuzzDeliver4(f *testing.F) {
 		if len(d) > 20000 {
 			return // five full-MTU segments explore the splitter; more only slow the fuzzer down
 		}
-		if len(d) >= ipv4Hdr+udpHdr {
-			d[0], d[9] = 0x45, unix.IPPROTO_UDP
-			binary.BigEndian.PutUint16(d[2:], uint16(len(d)))
-			copy(d[16:20], dst.AsSlice())
-			binary.BigEndian.PutUint16(d[22:], 4791)
-			binary.BigEndian.PutUint16(d[24:], uint16(len(d)-ipv4Hdr))
-			wire.IPv4(d).SetChecksum(wire.IPv4(d).CalculateChecksum()) // as the IP layer checked it
-		}
+		asReceived(d, dst)
 		r := &rxState{e: e}
 		total := 0
 		for r.cur == 0 {
@@ -280,4 +273,20 @@ func FuzzDeliver4(f *testing.F) {
 			}
 		}
 	})
+}
+
+// asReceived makes fuzz input d look like what the raw socket returns for
+// dst:4791 (when it holds the headers at all): IPv4 over UDP, consistent
+// lengths, a header checksum the IP layer has checked, so that the
+// splitter is reached.
+func asReceived(d []byte, dst netip.Addr) {
+	if len(d) < ipv4Hdr+udpHdr {
+		return
+	}
+	d[0], d[9] = 0x45, unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(d[2:], uint16(len(d)))
+	copy(d[16:20], dst.AsSlice())
+	binary.BigEndian.PutUint16(d[22:], 4791)
+	binary.BigEndian.PutUint16(d[24:], uint16(len(d)-ipv4Hdr))
+	wire.IPv4(d).SetChecksum(wire.IPv4(d).CalculateChecksum())
 }

@@ -2,12 +2,9 @@ package udp
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
@@ -38,14 +35,7 @@ func FuzzView4(f *testing.F) {
 		if len(d) > 20000 {
 			return
 		}
-		if len(d) >= ipv4Hdr+udpHdr {
-			d[0], d[9] = 0x45, unix.IPPROTO_UDP
-			binary.BigEndian.PutUint16(d[2:], uint16(len(d)))
-			copy(d[16:20], dst.AsSlice())
-			binary.BigEndian.PutUint16(d[22:], 4791)
-			binary.BigEndian.PutUint16(d[24:], uint16(len(d)-ipv4Hdr))
-			wire.IPv4(d).SetChecksum(wire.IPv4(d).CalculateChecksum())
-		}
+		asReceived(d, dst)
 		var want [][]byte
 		ec, ev := &Endpoint{cfg: Config{Addr: dst, Port: 4791}}, &Endpoint{cfg: Config{Addr: dst, Port: 4791}}
 		rc := &rxState{e: ec}
