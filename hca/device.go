@@ -198,6 +198,12 @@ type Device struct {
 	mrs     mrTable
 	qps     qpTable
 
+	// sendMu protects senders: the RC QPs in RTS or SQD, which share
+	// transport.MaxUnackedBytes of unacknowledged data (setSender). Lock
+	// order: sendMu before a QP's mu.
+	sendMu  sync.Mutex
+	senders map[*QP]struct{}
+
 	rt *runtime
 }
 

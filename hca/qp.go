@@ -268,32 +268,80 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if q.destroyed.Load() {
 		return ErrDestroyed
 	}
-	if err := q.modify(attr, mask); err != nil {
+	sending, err := q.modify(attr, mask)
+	if err != nil {
 		return err
 	}
+	q.dev.setSender(q, sending)
 	// Outside q.mu: kick may pump, and the runtime takes its lock before
 	// QP locks.
 	q.dev.rt.kick(q)
 	return nil
 }
 
-func (q *QP) modify(attr *QPAttr, mask AttrMask) error {
+// setSender adds q to (sending) or removes it from the device's senders
+// and, when their number changed, gives each its share of
+// transport.MaxUnackedBytes as its window limit.
+//
+// Why a share: an RC requester runs up to its window ahead of the ACKs,
+// and what it has sent waits in the peer's socket buffer (8 MiB by
+// default on the udp link) until the peer reads it. One QP may use the
+// whole budget (a long path needs it: a one-QP write_bw in the TCG guest
+// gained 15-35 % from 512 KiB to 8 MiB, session 7), but sixteen QPs with
+// 8 MiB each could put 128 MiB in flight: the peer's buffer overflowed
+// and go-back-N retransmitted (write_bw -q 16 on loopback, 3 s: 303
+// packets; read_bw, whose responses all come at once: 2776, and it moved
+// 0.9 GB/s instead of 2.3), and what fitted missed the caches. Shared,
+// nothing is lost and the copies stay warm (session 15,
+// docs/performance.md).
+func (d *Device) setSender(q *QP, sending bool) {
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
+	_, was := d.senders[q]
+	if was == sending {
+		return
+	}
+	if sending {
+		if d.senders == nil {
+			d.senders = make(map[*QP]struct{})
+		}
+		d.senders[q] = struct{}{}
+	} else {
+		delete(d.senders, q)
+		q.mu.Lock()
+		q.eng.SetWindowLimit(0)
+		q.mu.Unlock()
+	}
+	if len(d.senders) == 0 {
+		return
+	}
+	share := uint32(transport.MaxUnackedBytes / len(d.senders))
+	for s := range d.senders {
+		s.mu.Lock()
+		s.eng.SetWindowLimit(share)
+		s.mu.Unlock()
+	}
+}
+
+// modify applies a modification under q.mu and reports whether q is now a
+// sender (see Device.setSender): an RC QP in RTS or SQD.
+func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, err error) {
 	d := q.dev
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	cur := q.eng.State()
 	to, err := checkTransition(q.typ, cur, &attr.Attr, mask)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := q.checkValues(attr, mask); err != nil {
-		return err
+		return false, err
 	}
 	var path wire.Addr
 	if mask&transport.AttrAV != 0 && q.typ != UD {
 		path, err = d.pathAddr(&attr.AH)
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
 	ta := attr.Attr
@@ -307,7 +355,7 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) error {
 		m |= transport.AttrPathMTU
 	}
 	if err := q.eng.Modify(d.now(), &ta, m); err != nil {
-		return fmt.Errorf("hca: QP 0x%06x modify: %w", uint32(q.qpn), err)
+		return false, fmt.Errorf("hca: QP 0x%06x modify: %w", uint32(q.qpn), err)
 	}
 	q.mergeAttr(attr, mask)
 	if mask&transport.AttrAV != 0 && q.typ != UD {
@@ -324,7 +372,7 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) error {
 		q.pathOK = false
 	}
 	q.checkDrained() // an empty send queue is drained at once
-	return nil
+	return q.typ == RC && (to == StateRTS || to == StateSQD), nil
 }
 
 // checkDrained raises SQ_DRAINED when the engine reports the send queue
@@ -537,6 +585,7 @@ func (q *QP) Destroy() error {
 	d.qps.set(uint32(q.qpn), nil)
 	d.nQP--
 	d.mu.Unlock()
+	d.setSender(q, false)
 	// Send the responses already queued (the ACK of the last message the
 	// peer sent, say), then drop everything else without completions.
 	s := q.shard

@@ -187,7 +187,7 @@ func (q *QP) ackProgress(now Time) {
 	}
 	q.resetRetry()
 	q.syncReq()
-	if q.window < maxWindow(q.pmtu) {
+	if q.window < q.winMax {
 		q.window++
 	}
 	if q.compPSN != q.reqPSN && q.timeout > 0 {

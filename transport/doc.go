@@ -30,9 +30,9 @@
 //  2. Transmit: queued responder output first (ACK/NAK, READ response
 //     packets, atomic ACKs, FIFO); else the requester builds the next
 //     packet of the WQE at reqIdx, honouring fence, max_rd_atomic and the
-//     unacknowledged-PSN window (512, halved on each loss down to rxe's
-//     128, regrown by one per progressing ACK), and arms the local ACK
-//     timer.
+//     unacknowledged-PSN window (MaxUnackedBytes of packets, or the share
+//     of it SetWindowLimit gives; halved on each loss down to rxe's 128,
+//     regrown by one per progressing ACK), and arms the local ACK timer.
 //  3. Receive: header checks (opcode/QP type, TVer, P_Key, DestQP, lengths),
 //     then requests go to the responder (PSN check, sequence, access,
 //     length, execute, queue the answer) and responses to the completer

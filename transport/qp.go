@@ -28,6 +28,12 @@ const (
 	// 1024 gained 15-35 % from a window of 512 PSNs to 8192, between two
 	// processes on the host and in the TCG guest; at 4096 a window of
 	// 512 (2 MiB) already sufficed and larger ones changed nothing.
+	//
+	// MaxUnackedBytes is also a device's budget: SetWindowLimit lowers a
+	// QP's share of it when several QPs send at once (hca divides it
+	// among its connected RC QPs), so that the data in flight, which
+	// sits in the kernel's socket buffers until the peer reads it, stays
+	// small enough to be cached (session 15).
 	MinUnackedPSNs  = 128
 	MaxUnackedPSNs  = 8192
 	MaxUnackedBytes = 8 << 20
@@ -118,7 +124,9 @@ type QP struct {
 	// Requester.
 	reqPSN    bth.PSN // next PSN to send
 	reqOff    uint32  // bytes of WQE reqIdx already sent
-	window    uint32  // unacknowledged PSNs allowed (MinUnackedPSNs..maxWindow)
+	window    uint32  // unacknowledged PSNs allowed (MinUnackedPSNs..winMax)
+	winMax    uint32  // the largest window: maxWindow(pmtu, winBytes)
+	winBytes  uint32  // the window's byte limit (SetWindowLimit; 0: MaxUnackedBytes)
 	noackPkts int
 	rdAtomic  int     // READ/ATOMIC WQEs in [sqHead, reqIdx)
 	nextPSN   bth.PSN // PSN after the last WQE with PSNs assigned
@@ -182,16 +190,36 @@ func (q *QP) reset() {
 	q.sqHead, q.sqTail, q.reqIdx, q.hiIdx = 0, 0, 0, 0
 	q.reqPSN, q.reqOff, q.noackPkts, q.rdAtomic, q.nextPSN = 0, 0, 0, 0, 0
 	q.compPSN, q.retryLeft, q.rnrLeft = 0, 0, 0
-	q.window = maxWindow(q.pmtu)
+	q.winMax = maxWindow(q.pmtu, q.winBytes)
+	q.window = q.winMax
 	q.timerArmed, q.rnrWait, q.retryPending = false, false, false
 	q.timerAt, q.rnrAt = 0, 0
 	q.resp.reset()
 }
 
 // maxWindow is the largest unacknowledged-PSN window at path MTU pmtu:
-// MaxUnackedBytes of packets, within [MinUnackedPSNs, MaxUnackedPSNs].
-func maxWindow(pmtu uint32) uint32 {
-	return min(max(MaxUnackedBytes/max(pmtu, 1), MinUnackedPSNs), MaxUnackedPSNs)
+// limit bytes of packets (MaxUnackedBytes when limit is 0 or larger),
+// within [MinUnackedPSNs, MaxUnackedPSNs].
+func maxWindow(pmtu, limit uint32) uint32 {
+	if limit == 0 || limit > MaxUnackedBytes {
+		limit = MaxUnackedBytes
+	}
+	return min(max(limit/max(pmtu, 1), MinUnackedPSNs), MaxUnackedPSNs)
+}
+
+// WindowMax is the largest unacknowledged-PSN window the requester may
+// reach now: its path MTU's and SetWindowLimit's.
+func (q *QP) WindowMax() uint32 { return q.winMax }
+
+// SetWindowLimit caps the requester's unacknowledged window at bytes of
+// path-MTU packets (0: MaxUnackedBytes; never below MinUnackedPSNs
+// packets). A window above the new cap shrinks at once; one below it
+// grows toward it as ACKs make progress. The limit survives a reset: it
+// is the device's business, not the connection's.
+func (q *QP) SetWindowLimit(bytes uint32) {
+	q.winBytes = bytes
+	q.winMax = maxWindow(q.pmtu, bytes)
+	q.window = min(q.window, q.winMax)
 }
 
 func (w *sendWQE) clear() {
@@ -277,7 +305,8 @@ func (q *QP) Modify(now Time, attr *Attr, mask AttrMask) error {
 	}
 	if mask&AttrPathMTU != 0 {
 		q.pmtu = uint32(attr.PathMTU.Bytes())
-		q.window = maxWindow(q.pmtu)
+		q.winMax = maxWindow(q.pmtu, q.winBytes)
+		q.window = q.winMax
 	}
 	if mask&AttrDestQPN != 0 {
 		q.destQPN = attr.DestQPN

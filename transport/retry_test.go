@@ -329,3 +329,81 @@ func testUnackedWindow(t *testing.T, mtu bth.MTU, maxWin uint32) {
 		t.Fatalf("window %d after a clean recovery, want it grown past %d", A.Window(), transport.MinUnackedPSNs)
 	}
 }
+
+// SetWindowLimit caps the window at a byte budget (hca gives each of a
+// device's sending QPs its share): a burst stops at the cap, a window above
+// it shrinks at once, the cap never goes below MinUnackedPSNs, survives a
+// reset, and lifting it lets progressing ACKs grow the window back.
+func TestWindowLimit(t *testing.T) {
+	const mtu = bth.MTU4096
+	maxWin := uint32(transport.MaxUnackedBytes / mtu.Bytes())
+	for _, tc := range []struct {
+		limit uint32
+		want  uint32
+	}{
+		{0, maxWin},
+		{transport.MaxUnackedBytes * 2, maxWin},     // no more than one QP's maximum
+		{transport.MaxUnackedBytes / 4, maxWin / 4}, // a quarter of the budget
+		{1 << 20, (1 << 20) / 4096},                 // 256 PSNs
+		{64 << 10, transport.MinUnackedPSNs},        // never below rxe's window
+		{uint32(mtu.Bytes()*200 + 100), 200},        // whole packets
+	} {
+		t.Run(fmt.Sprint(tc.limit), func(t *testing.T) {
+			p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.Timeout = 10 }})
+			A, B := p.a.QP, p.b.QP
+			A.SetWindowLimit(tc.limit)
+			if got := A.Window(); got != tc.want {
+				t.Fatalf("window %d after SetWindowLimit(%d), want %d", got, tc.limit, tc.want)
+			}
+			size := int(maxWin+64) * mtu.Bytes()
+			src := p.mem.Register(1, size, allAccess)
+			dst := p.mem.Register(2, size, allAccess)
+			fill(src.Buf, 9)
+			if err := A.PostSend(0, &transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+				SGL: []transport.SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr, RKey: dst.RKey}); err != nil {
+				t.Fatal(err)
+			}
+			var now transport.Time
+			burst := xmit(A, now)
+			if len(burst) != int(tc.want)+1 {
+				t.Fatalf("first burst: %d packets, want %d (the window, then one past it)", len(burst), tc.want+1)
+			}
+			// Lift the limit: progressing ACKs grow the window, never past
+			// one QP's maximum, and the data arrives whole.
+			A.SetWindowLimit(0)
+			deliver(B, now, burst...)
+			for range 20000 {
+				deliver(A, now, xmit(B, now)...)
+				out := xmit(A, now)
+				if len(out) == 0 {
+					break
+				}
+				deliver(B, now, out...)
+				if A.Window() > maxWin {
+					t.Fatalf("window %d past the largest, %d", A.Window(), maxWin)
+				}
+			}
+			p.run(1, 0)
+			if !bytes.Equal(dst.Buf, src.Buf) {
+				t.Fatal("data differs")
+			}
+			if tc.want < maxWin && A.Window() <= tc.want {
+				t.Fatalf("window %d after the limit was lifted, want it grown past %d", A.Window(), tc.want)
+			}
+		})
+	}
+	// The limit outlives a reset: it is the device's, not the connection's.
+	p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu})
+	p.a.QP.SetWindowLimit(1 << 20)
+	reset := transport.Attr{State: transport.StateReset}
+	if err := p.a.QP.Modify(0, &reset, transport.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	mtuAttr := transport.Attr{PathMTU: mtu}
+	if err := p.a.QP.Modify(0, &mtuAttr, transport.AttrPathMTU); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.a.QP.Window(); got != 256 {
+		t.Fatalf("window %d after a reset and a new path MTU, want the limit's 256", got)
+	}
+}
