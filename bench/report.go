@@ -193,6 +193,41 @@ func PrintResult(w io.Writer, r *Report, res Result) {
 		l.Size, l.Iters, us(l.Min), us(l.Max), us(l.Typical), us(l.Avg), us(l.Stdev), us(l.P99), us(l.P999))
 }
 
+// The units of perftest's --output, which replaces every line of the report
+// with one figure per result.
+const (
+	OutputBandwidth   = "bandwidth"    // the average bandwidth, MB/sec (Gb/sec with --report_gbits)
+	OutputMessageRate = "message_rate" // the average message rate, Mpps
+	OutputLatency     = "latency"      // the average latency, usec
+)
+
+// CheckOutput reports whether units suits mode m, with perftest's message
+// when it does not.
+func CheckOutput(m Mode, units string) error {
+	switch {
+	case m.IsBW() && units != OutputBandwidth && units != OutputMessageRate:
+		return fmt.Errorf("--output=%s: Output verbosity level for BW can be: %s, %s", units, OutputBandwidth, OutputMessageRate)
+	case !m.IsBW() && units != OutputLatency:
+		return fmt.Errorf("--output=%s: Output verbosity level for LAT can be: %s", units, OutputLatency)
+	}
+	return nil
+}
+
+// PrintValue prints res as perftest's --output=units does
+// (print_full_bw_report, print_report_lat): the one figure, "%lf\n".
+func PrintValue(w io.Writer, r *Report, res Result, units string) {
+	var v float64
+	switch units {
+	case OutputBandwidth:
+		v = res.BW.BytesPerSec / mbFactor(r.Params.ReportGbits)
+	case OutputMessageRate:
+		v = res.BW.MsgPerSec / 1e6
+	default:
+		v = float64(res.Lat.Avg) / 1e3
+	}
+	fmt.Fprintf(w, "%f\n", v)
+}
+
 // reportIters is perftest's #iterations of a bandwidth result, also the
 // iterations of its report to the peer: with -n, every QP's messages
 // (print_report_bw multiplies by num_of_qps: ib_write_bw -q 4 -n 200 prints

@@ -38,6 +38,7 @@ type benchOpts struct {
 	busyPoll optBool
 	json     bool
 	csv      bool
+	output   string
 	plot     string
 	ceiling  bool
 	mtu      int
@@ -102,6 +103,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since there most polls find nothing and an empty poll is a system call; never with --loopback; a spinning latency run and a one-QP bandwidth run use one P, GOMAXPROCS=1, as perftest uses one thread, unless GOMAXPROCS is set or with --loopback)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.csv, "csv", false, "print the results as CSV")
+	fs.StringVar(&o.output, "output", "", "print only one figure per result, as perftest's --output=`UNITS`: bandwidth (MB/sec, Gb/sec with --report_gbits) or message_rate (Mpps) in bandwidth modes, latency (t_avg, usec) in latency modes")
 	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
 	fs.BoolVar(&o.ceiling, "ceiling", false, "with --loopback: also measure the raw UDP path ceiling and print goroce's bandwidth as a ratio of it")
 	o.lf = addLinkFlags(fs)
@@ -214,6 +216,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.json && o.csv {
 		return usageErr("--json and --csv are exclusive")
+	}
+	if o.output != "" {
+		if o.json || o.csv {
+			return usageErr("--output prints one figure: not with --json or --csv")
+		}
+		if err := bench.CheckOutput(o.p.Mode, o.output); err != nil {
+			return usageErr("%v", err)
+		}
 	}
 	if o.loopback && o.host != "" {
 		return usageErr("--loopback runs both sides here: no HOST")
@@ -337,13 +347,18 @@ type benchOutput struct {
 
 func newBenchOutput(o *benchOpts, w io.Writer) *benchOutput { return &benchOutput{o: o, w: w} }
 
-func (b *benchOutput) text() bool { return !b.o.json && !b.o.csv }
+// text reports whether perftest's full report is printed: not with --json,
+// --csv or --output.
+func (b *benchOutput) text() bool { return !b.o.json && !b.o.csv && b.o.output == "" }
 
 func (b *benchOutput) hooks(progress io.Writer, stop <-chan struct{}) bench.Hooks {
 	h := bench.Hooks{Progress: progress, Notice: progress, Stop: stop}
-	if b.text() {
+	switch {
+	case b.text():
 		h.Connected = func(r *bench.Report) { bench.PrintHeader(b.w, r) }
 		h.Result = func(r *bench.Report, res bench.Result) { bench.PrintResult(b.w, r, res) }
+	case b.o.output != "":
+		h.Result = func(r *bench.Report, res bench.Result) { bench.PrintValue(b.w, r, res, b.o.output) }
 	}
 	return h
 }
@@ -358,7 +373,7 @@ func (b *benchOutput) finish(r *bench.Report) error {
 		if err := bench.WriteCSV(b.w, r); err != nil {
 			return err
 		}
-	default:
+	case b.text():
 		bench.PrintFooter(b.w, r)
 	}
 	if b.o.plot == "" {

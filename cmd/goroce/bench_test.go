@@ -55,6 +55,10 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "write_bw", "-a", "--run_infinitely"},
 		{"bench", "write_bw", "-l", "3", "-n", "1000"},
 		{"bench", "send_lat", "-l", "2"},
+		{"bench", "write_bw", "--output=latency"},
+		{"bench", "send_lat", "--output=bandwidth"},
+		{"bench", "send_bw", "--output=bytes"},
+		{"bench", "write_bw", "--output=bandwidth", "--json"},
 	} {
 		st, out, errOut := runCLI(args...)
 		if st != exitUsage {
@@ -165,6 +169,43 @@ func TestBenchRunInfinitely(t *testing.T) {
 		if r[0] != "send_bw" || r[1] != "4096" || r[2] == "0" {
 			t.Fatalf("interval row %q", r)
 		}
+	}
+}
+
+// --output=UNITS prints one figure per result and nothing else, as
+// perftest's does: scripts read it with a plain float parse.
+func TestBenchOutput(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		lines int
+	}{
+		{[]string{"write_bw", "-n", "200", "--output=bandwidth"}, 1},
+		{[]string{"write_bw", "-n", "200", "--output=bandwidth", "--report_gbits"}, 1},
+		{[]string{"send_bw", "-a", "--max_size", "64", "-n", "100", "--output=message_rate"}, 6},
+		{[]string{"send_lat", "-n", "100", "-F", "--output=latency"}, 1},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			var st int
+			var out, errOut string
+			inNetNS(t, func() {
+				st, out, errOut = runCLI(append([]string{"bench"}, append(c.args, "--loopback")...)...)
+			})
+			if st != exitOK {
+				t.Fatalf("status %d\n%s\n%s", st, out, errOut)
+			}
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != c.lines {
+				t.Fatalf("%d lines, want %d:\n%s", len(lines), c.lines, out)
+			}
+			for _, l := range lines {
+				if !regexp.MustCompile(`^\d+\.\d{6}$`).MatchString(l) {
+					t.Fatalf("line %q is not perftest's %%lf", l)
+				}
+				if v, _ := strconv.ParseFloat(l, 64); !(v > 0) {
+					t.Fatalf("figure %q, want > 0", l)
+				}
+			}
+		})
 	}
 }
 
