@@ -186,6 +186,10 @@ type Params struct {
 	Timeout uint8
 	// ReportGbits prints Gb/sec instead of MB/sec (--report_gbits).
 	ReportGbits bool
+	// CPUUtil adds perftest's CPU_Util[%] column to the text report
+	// (--cpu_util, with a Duration only); the caller measures it and puts
+	// it in Result.CPUUtil.
+	CPUUtil bool
 	// OutReads is how many RDMA READs or atomics a QP keeps outstanding
 	// (-o / --outs): read and atomic modes only, 0 for the device's
 	// max_qp_rd_atom (perftest's default); the other modes use 1, as

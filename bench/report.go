@@ -96,15 +96,29 @@ func PrintHeader(w io.Writer, r *Report) {
 func printTableHead(w io.Writer, p *Params) {
 	if p.Mode.IsBW() {
 		if p.ReportGbits {
-			fmt.Fprintln(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]")
+			fmt.Fprint(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]")
 		} else {
-			fmt.Fprintln(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
+			fmt.Fprint(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
 		}
 	} else if p.Duration > 0 {
-		fmt.Fprintln(w, " #bytes        #iterations       t_avg[usec]    tps average") // RESULT_FMT_LAT_DUR
+		fmt.Fprint(w, " #bytes        #iterations       t_avg[usec]    tps average") // RESULT_FMT_LAT_DUR
 	} else {
-		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
+		fmt.Fprint(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
 	}
+	if p.CPUUtil {
+		fmt.Fprint(w, "    CPU_Util[%]") // RESULT_EXT_CPU_UTIL
+	}
+	fmt.Fprintln(w)
+}
+
+// reportEnd ends a result line: REPORT_EXT, or REPORT_EXT_CPU_UTIL with
+// the CPU utilization.
+func reportEnd(w io.Writer, p *Params, res Result) {
+	if p.CPUUtil {
+		fmt.Fprintf(w, "\t    %-3.2f\n", res.CPUUtil)
+		return
+	}
+	fmt.Fprintln(w)
 }
 
 // passiveReadLat reports whether r is ib_read_lat's server side, which
@@ -167,8 +181,9 @@ func PrintResult(w io.Writer, r *Report, res Result) {
 	if r.Params.Mode.IsBW() {
 		f := mbFactor(r.Params.ReportGbits)
 		b := res.BW
-		fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n",
+		fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f",
 			b.Size, reportIters(r.Params, b), b.PeakBytesPerSec/f, b.BytesPerSec/f, b.MsgPerSec/1e6)
+		reportEnd(w, &r.Params, res)
 		return
 	}
 	l := res.Lat
@@ -184,13 +199,15 @@ func PrintResult(w io.Writer, r *Report, res Result) {
 		if l.Avg > 0 {
 			tps = 1e6 / (rtt * us(l.Avg))
 		}
-		fmt.Fprintf(w, " %-7d       %d            %-7.2f        %-7.2f\n", l.Size, l.Iters, us(l.Avg), tps)
+		fmt.Fprintf(w, " %-7d       %d            %-7.2f        %-7.2f", l.Size, l.Iters, us(l.Avg), tps)
+		reportEnd(w, &r.Params, res)
 		return
 	}
 	// REPORT_FMT_LAT of perftest 6.06, spaces and tabs as its ib_send_lat
 	// prints them (the interop logs).
-	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
+	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f",
 		l.Size, l.Iters, us(l.Min), us(l.Max), us(l.Typical), us(l.Avg), us(l.Stdev), us(l.P99), us(l.P999))
+	reportEnd(w, &r.Params, res)
 }
 
 // The units of perftest's --output, which replaces every line of the report

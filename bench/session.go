@@ -418,6 +418,10 @@ type Result struct {
 	BW      BWResult
 	Lat     LatResult
 	Passive bool
+	// CPUUtil is the share of the machine's CPU time that was busy while
+	// the result was measured, in percent (Params.CPUUtil; set by the
+	// caller).
+	CPUUtil float64
 }
 
 // Run runs one size's traffic in this side's role (Ready must have been

@@ -39,6 +39,7 @@ type benchOpts struct {
 	json     bool
 	csv      bool
 	output   string
+	cpuUtil  bool
 	plot     string
 	ceiling  bool
 	mtu      int
@@ -103,6 +104,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since there most polls find nothing and an empty poll is a system call; never with --loopback; a spinning latency run and a one-QP bandwidth run use one P, GOMAXPROCS=1, as perftest uses one thread, unless GOMAXPROCS is set or with --loopback)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.csv, "csv", false, "print the results as CSV")
+	fs.BoolVar(&o.cpuUtil, "cpu_util", false, "add perftest's CPU_Util[%] column: the busy share of the machine's CPU time during each result (user, system, irq and softirq time; perftest counts user time only); with -D or --run_infinitely")
 	fs.StringVar(&o.output, "output", "", "print only one figure per result, as perftest's --output=`UNITS`: bandwidth (MB/sec, Gb/sec with --report_gbits) or message_rate (Mpps) in bandwidth modes, latency (t_avg, usec) in latency modes")
 	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
 	fs.BoolVar(&o.ceiling, "ceiling", false, "with --loopback: also measure the raw UDP path ceiling and print goroce's bandwidth as a ratio of it")
@@ -240,6 +242,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if o.plot != "" && !strings.HasSuffix(o.plot, ".svg") {
 		o.plot += ".svg"
 	}
+	if o.cpuUtil {
+		if o.p.Duration > 0 || o.p.Infinite {
+			o.p.CPUUtil = true
+		} else if !o.json && !o.csv && o.output == "" {
+			// force_dependecies goes on without it.
+			fmt.Fprintln(stdout, bench.ResultLine)
+			fmt.Fprintln(stderr, " CPU Utilization works only with Duration mode.")
+		}
+	}
 	notices := o.p.Notices()
 	if err := o.p.Normalize(); err != nil {
 		return usageErr("%v", err)
@@ -355,8 +366,22 @@ func (b *benchOutput) hooks(progress io.Writer, stop <-chan struct{}) bench.Hook
 	h := bench.Hooks{Progress: progress, Notice: progress, Stop: stop}
 	switch {
 	case b.text():
-		h.Connected = func(r *bench.Report) { bench.PrintHeader(b.w, r) }
-		h.Result = func(r *bench.Report, res bench.Result) { bench.PrintResult(b.w, r, res) }
+		var cpu cpuMeter
+		h.Connected = func(r *bench.Report) {
+			bench.PrintHeader(b.w, r)
+			if r.Params.CPUUtil {
+				cpu.mark()
+			}
+		}
+		h.Result = func(r *bench.Report, res bench.Result) {
+			if r.Params.CPUUtil {
+				var err error
+				if res.CPUUtil, err = cpu.next(); err != nil && progress != nil {
+					fmt.Fprintf(progress, "goroce bench: %v\n", err)
+				}
+			}
+			bench.PrintResult(b.w, r, res)
+		}
 	case b.o.output != "":
 		h.Result = func(r *bench.Report, res bench.Result) { bench.PrintValue(b.w, r, res, b.o.output) }
 	}
