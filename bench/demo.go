@@ -321,25 +321,46 @@ func SendLat(ctx context.Context, p *Pair, size, iters int) (LatResult, error) {
 	return latStats("SEND", size, samples), nil
 }
 
+// latMeasureTail is how many of the largest samples perftest leaves out of
+// its latency statistics (LAT_MEASURE_TAIL).
+const latMeasureTail = 2
+
+// latStats computes the latency statistics of samples s (which it sorts)
+// as perftest's print_report_lat does: the two largest samples are left
+// out; t_typical is the median of the rest (the mean of the middle two for
+// an even count), t_avg and t_stdev are over the rest, t_max is the
+// largest sample kept in the sorted array's index of the count (the
+// second largest overall), and the percentiles are the samples at
+// ceil(count * 0.99) and ceil(count * 0.999).
 func latStats(op string, size int, s []time.Duration) LatResult {
 	r := LatResult{Op: op, Size: size, Iters: len(s)}
 	if len(s) == 0 {
 		return r
 	}
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	n := len(s)
+	if n > latMeasureTail {
+		n -= latMeasureTail
+	}
+	at := func(i int) time.Duration { return s[min(i, len(s)-1)] }
+	if (n-1)%2 != 0 {
+		r.Typical = (at(n/2) + at(n/2-1)) / 2
+	} else {
+		r.Typical = at(n / 2)
+	}
 	var sum time.Duration
-	for _, d := range s {
+	for _, d := range s[:n] {
 		sum += d
 	}
-	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	r.Min, r.Max, r.Avg = s[0], s[len(s)-1], sum/time.Duration(len(s))
-	r.Typical, r.P99, r.P999 = pct(0.5), pct(0.99), pct(0.999)
+	r.Min, r.Max, r.Avg = s[0], at(n), sum/time.Duration(n)
+	r.P99 = at(int(math.Ceil(float64(n) * 0.99)))
+	r.P999 = at(int(math.Ceil(float64(n) * 0.999)))
 	var v float64
-	for _, d := range s {
+	for _, d := range s[:n] {
 		x := float64(d - r.Avg)
 		v += x * x
 	}
-	r.Stdev = time.Duration(math.Sqrt(v / float64(len(s))))
+	r.Stdev = time.Duration(math.Sqrt(v / float64(n)))
 	return r
 }
 
