@@ -41,6 +41,9 @@ type LatResult struct {
 	Min, Typical, Avg, Max time.Duration
 	Stdev                  time.Duration
 	P99, P999              time.Duration
+	// Samples are the measurements in the order taken, kept for -H and -U
+	// (Params.Histogram, Params.Unsorted) only.
+	Samples []time.Duration
 }
 
 // Check is the outcome of one verified operation of the demo.

@@ -207,6 +207,11 @@ type Params struct {
 	// and each reports the sum of both directions (bandwidth modes, one
 	// size).
 	Duplex bool
+	// Histogram and Unsorted are perftest's -H / --report-histogram and
+	// -U / --report-unsorted (latency modes, with -n): every sample is
+	// printed before the result, sorted (without the two largest, as the
+	// statistics) or in the order measured.
+	Histogram, Unsorted bool
 	// PostList is perftest's -l / --post_list (bandwidth modes): WRs are
 	// posted in chained lists of that many (hca.QP.PostSendList), and
 	// without -Q the CQ moderation is the list's length, as perftest sets
@@ -380,6 +385,9 @@ func (p *Params) Normalize() error {
 	}
 	if p.Timeout > 31 {
 		return fmt.Errorf("%w: timeout code %d out of [0, 31]", ErrParams, p.Timeout)
+	}
+	if (p.Histogram || p.Unsorted) && p.Mode.IsBW() {
+		return fmt.Errorf("%w: -H and -U are available only in latency tests", ErrParams)
 	}
 	if p.InlineSize < 0 {
 		return fmt.Errorf("%w: -I %d: negative inline size", ErrParams, p.InlineSize)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -203,6 +204,9 @@ func PrintResult(w io.Writer, r *Report, res Result) {
 		reportEnd(w, &r.Params, res)
 		return
 	}
+	if len(l.Samples) > 0 && (r.Params.Histogram || r.Params.Unsorted) {
+		printSamples(w, r, l.Samples)
+	}
 	// REPORT_FMT_LAT of perftest 6.06, spaces and tabs as its ib_send_lat
 	// prints them (the interop logs).
 	fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f",
@@ -243,6 +247,32 @@ func PrintValue(w io.Writer, r *Report, res Result, units string) {
 		v = float64(res.Lat.Avg) / 1e3
 	}
 	fmt.Fprintf(w, "%f\n", v)
+}
+
+// printSamples prints what print_report_lat prints for -U and -H before
+// the result: "#, usec", then "N, value" per sample (C's %g), in the
+// order measured (-U) and sorted without the two largest (-H), and the
+// table head again.
+func printSamples(w io.Writer, r *Report, samples []time.Duration) {
+	list := func(s []time.Duration) {
+		fmt.Fprintln(w, "#, usec")
+		for i, d := range s {
+			fmt.Fprintf(w, "%d, %.6g\n", i+1, float64(d)/1e3)
+		}
+	}
+	if r.Params.Unsorted {
+		list(samples)
+	}
+	if r.Params.Histogram {
+		sorted := append([]time.Duration(nil), samples...)
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+		if len(sorted) > latMeasureTail {
+			sorted = sorted[:len(sorted)-latMeasureTail]
+		}
+		list(sorted)
+	}
+	fmt.Fprintln(w, resultLine)
+	printTableHead(w, &r.Params)
 }
 
 // reportIters is perftest's #iterations of a bandwidth result, also the

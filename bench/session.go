@@ -1041,7 +1041,7 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 	// The second poster has one sample fewer than iterations (its last
 	// message gets no answer), as perftest's iters-1 deltas of tposted;
 	// like perftest it reports the iterations run.
-	res := latStats(s.opName(), size, s.lat)
+	res := s.latResult(size)
 	res.Iters = done
 	return res, nil
 }
@@ -1161,7 +1161,19 @@ func (s *Session) latRead(ctx context.Context, size int) (LatResult, error) {
 		r.ccnt = r.scnt
 		s.lat = append(s.lat, time.Since(t0))
 	}
-	return latStats(s.opName(), size, s.lat), nil
+	return s.latResult(size), nil
+}
+
+// latResult computes the statistics of this size's samples, keeping a copy
+// in the order measured when -H or -U will print them.
+func (s *Session) latResult(size int) LatResult {
+	var keep []time.Duration
+	if (s.p.Histogram || s.p.Unsorted) && s.p.Duration == 0 {
+		keep = append([]time.Duration(nil), s.lat...)
+	}
+	r := latStats(s.opName(), size, s.lat)
+	r.Samples = keep
+	return r
 }
 
 // atomicValue reads the 8-byte atomic target of QP i (for tests).

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "send_lat", "--output=bandwidth"},
 		{"bench", "send_bw", "--output=bytes"},
 		{"bench", "write_bw", "--output=bandwidth", "--json"},
+		{"bench", "write_bw", "-H"},
+		{"bench", "read_bw", "--report-unsorted"},
 	} {
 		st, out, errOut := runCLI(args...)
 		if st != exitUsage {
@@ -206,6 +209,54 @@ func TestBenchOutput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// -U and -H print every sample before the result line, in the order
+// measured and sorted without the two largest, then the table head again,
+// as perftest's print_report_lat.
+func TestBenchLatencySamples(t *testing.T) {
+	var st int
+	var out, errOut string
+	inNetNS(t, func() {
+		st, out, errOut = runCLI("bench", "send_lat", "--loopback", "-n", "40", "-F", "-U", "--report-histogram")
+	})
+	if st != exitOK {
+		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
+	}
+	parts := strings.Split(out, "#, usec\n")
+	if len(parts) != 3 {
+		t.Fatalf("want two sample lists:\n%s", out)
+	}
+	read := func(list string) []float64 {
+		var v []float64
+		for i, l := range strings.Split(strings.TrimSuffix(list, "\n"), "\n") {
+			if strings.HasPrefix(l, "---") {
+				break
+			}
+			n, x, ok := strings.Cut(l, ", ")
+			f, err := strconv.ParseFloat(x, 64)
+			if !ok || n != strconv.Itoa(i+1) || err != nil || !(f > 0) {
+				t.Fatalf("sample line %q", l)
+			}
+			v = append(v, f)
+		}
+		return v
+	}
+	unsorted, sorted := read(parts[1]), read(parts[2])
+	if len(unsorted) != 40 || len(sorted) != 38 {
+		t.Fatalf("%d unsorted and %d sorted samples, want 40 and 38", len(unsorted), len(sorted))
+	}
+	if !slices.IsSorted(sorted) {
+		t.Fatalf("-H samples not sorted: %v", sorted)
+	}
+	u := slices.Clone(unsorted)
+	slices.Sort(u)
+	if !slices.Equal(u[:38], sorted) {
+		t.Fatalf("-H is not -U sorted without the two largest:\n%v\n%v", unsorted, sorted)
+	}
+	if !strings.Contains(parts[2], bench.ResultLine+"\n #bytes #iterations    t_min[usec]") || !regexp.MustCompile(`(?m)^ 2       40 `).MatchString(parts[2]) {
+		t.Fatalf("no table head and result after the samples:\n%s", parts[2])
 	}
 }
 
