@@ -40,6 +40,10 @@ type benchOpts struct {
 	csv      bool
 	output   string
 	cpuUtil  bool
+	limitBW  float64
+	limitMR  float64
+	pkeyIdx  int
+	notImpl  string // a perftest flag goroce bench does not implement, if given
 	plot     string
 	ceiling  bool
 	mtu      int
@@ -98,6 +102,13 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.StringVar(&o.conn, "connection", "RC", "same as -c")
 	fs.IntVar(&o.tos, "T", -1, "`TOS`: the traffic class of the QPs' address vector (IPv4 TOS / IPv6 traffic class)")
 	fs.IntVar(&o.tos, "tos", -1, "same as -T")
+	fs.IntVar(&o.tos, "tclass", -1, "same as -T (perftest's GRH traffic class)")
+	fs.IntVar(&o.pkeyIdx, "pkey_index", 0, "P_Key `INDEX` (goroce devices have one P_Key, index 0)")
+	fs.Float64Var(&o.limitBW, "w", 0, "bandwidth modes: fail (exit 1) unless a result's average bandwidth reaches `LIMIT` (MB/sec, Gb/sec with --report_gbits), as perftest's verifier")
+	fs.Float64Var(&o.limitBW, "limit_bw", 0, "same as -w")
+	fs.Float64Var(&o.limitMR, "y", 0, "bandwidth modes: fail (exit 1) unless a result's message rate reaches `LIMIT` Mpps")
+	fs.Float64Var(&o.limitMR, "limit_msgrate", 0, "same as -y")
+	addPerftestOnly(fs, &o.notImpl)
 	fs.IntVar(&o.sl, "S", 0, "service `LEVEL` of the QPs' address vector")
 	fs.IntVar(&o.sl, "sl", 0, "same as -S")
 	fs.BoolVar(&o.version, "V", false, "print the perftest version goroce bench speaks and exit")
@@ -163,6 +174,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "Version: %s\n", exchange.DefaultVersion)
 		return exitOK
 	}
+	if o.notImpl != "" {
+		return usageErr("%s", o.notImpl)
+	}
 	if len(pos) == 0 {
 		return usageErr("missing MODE (%s)", strings.Join(modeNames(), " "))
 	}
@@ -216,6 +230,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.events {
 		o.busyPoll = optBool{set: true, v: false}
+	}
+	if o.pkeyIdx != 0 {
+		return usageErr("--pkey_index %d: goroce devices have one P_Key, at index 0", o.pkeyIdx)
+	}
+	if o.limitBW < 0 || o.limitMR < 0 {
+		return usageErr("-w / -y: a negative limit")
+	}
+	if (o.limitBW > 0 || o.limitMR > 0) && !o.p.Mode.IsBW() {
+		return usageErr("-w and -y verify bandwidth tests")
 	}
 	if o.port < 1 || o.port > 65535 {
 		return usageErr("-p %d: not a TCP port", o.port)
@@ -312,7 +335,37 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
 		return exitFail
 	}
+	if msg := verifyLimits(rep, o.limitBW, o.limitMR); msg != "" {
+		fmt.Fprintln(stderr, msg)
+		return exitFail
+	}
 	return exitOK
+}
+
+// verifyLimits is perftest's limit verifier (-w, -y): the run passes when
+// one of the results it printed reaches the limit (print_full_bw_report
+// ORs each result into is_bw_limit_passed); it returns perftest's message
+// when it does not.
+func verifyLimits(rep *bench.Report, bw, mr float64) string {
+	if rep == nil || (bw == 0 && mr == 0) {
+		return ""
+	}
+	unit := float64(1 << 20)
+	if rep.Params.ReportGbits {
+		unit = 125e6
+	}
+	bwOK, mrOK := bw == 0, mr == 0
+	for _, r := range rep.Results {
+		bwOK = bwOK || r.BW.BytesPerSec/unit >= bw
+		mrOK = mrOK || r.BW.MsgPerSec/1e6 >= mr
+	}
+	switch {
+	case !bwOK:
+		return "Error: BW result is below bw limit"
+	case !mrOK:
+		return "Error: Msg rate  is below msg_rate limit"
+	}
+	return ""
 }
 
 // ownProcess is set by main: the command owns its process and may set

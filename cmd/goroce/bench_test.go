@@ -61,6 +61,12 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "send_bw", "--output=bytes"},
 		{"bench", "write_bw", "--output=bandwidth", "--json"},
 		{"bench", "write_bw", "-H"},
+		{"bench", "write_bw", "-R"},
+		{"bench", "send_bw", "--rdma_cm", "--loopback"},
+		{"bench", "write_bw", "--rate_limit=5"},
+		{"bench", "write_bw", "--pkey_index", "1"},
+		{"bench", "send_lat", "-w", "10"},
+		{"bench", "write_bw", "-y", "-1"},
 		{"bench", "read_bw", "--report-unsorted"},
 	} {
 		st, out, errOut := runCLI(args...)
@@ -257,6 +263,41 @@ func TestBenchLatencySamples(t *testing.T) {
 	}
 	if !strings.Contains(parts[2], bench.ResultLine+"\n #bytes #iterations    t_min[usec]") || !regexp.MustCompile(`(?m)^ 2       40 `).MatchString(parts[2]) {
 		t.Fatalf("no table head and result after the samples:\n%s", parts[2])
+	}
+}
+
+// A perftest flag goroce bench does not implement is named as such, not
+// reported as an unknown flag.
+func TestBenchPerftestOnlyFlags(t *testing.T) {
+	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"--rate_limit", "3"}, {"--use-srq"}, {"-M", "ff0e::1"}} {
+		st, out, errOut := runCLI(append([]string{"bench", "send_bw", "--loopback"}, args...)...)
+		if st != exitUsage || !strings.Contains(errOut, "is not implemented by goroce bench") || strings.Contains(errOut, "not defined") {
+			t.Errorf("%v: status %d\n%s%s", args, st, out, errOut)
+		}
+	}
+}
+
+// -w and -y are perftest's limit verifiers: exit 1 with its message when
+// no result reaches the limit.
+func TestBenchLimits(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		st   int
+		msg  string
+	}{
+		{[]string{"-w", "1", "-y", "0.000001"}, exitOK, ""},
+		{[]string{"-w", "1e9"}, exitFail, "Error: BW result is below bw limit\n"},
+		{[]string{"--limit_bw", "1e6", "--report_gbits"}, exitFail, "Error: BW result is below bw limit\n"},
+		{[]string{"--limit_msgrate", "1e6"}, exitFail, "Error: Msg rate  is below msg_rate limit\n"},
+	} {
+		var st int
+		var out, errOut string
+		inNetNS(t, func() {
+			st, out, errOut = runCLI(append([]string{"bench", "write_bw", "--loopback", "-n", "100", "-s", "4096"}, c.args...)...)
+		})
+		if st != c.st || (c.msg != "" && !strings.HasSuffix(errOut, c.msg)) || (c.msg == "" && strings.Contains(errOut, "Error")) {
+			t.Errorf("%v: status %d, want %d\n%s%s", c.args, st, c.st, out, errOut)
+		}
 	}
 }
 
