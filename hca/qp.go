@@ -301,6 +301,7 @@ func (d *Device) setSender(q *QP, sending bool) {
 	if was == sending {
 		return
 	}
+	old := senderShare(len(d.senders))
 	if sending {
 		if d.senders == nil {
 			d.senders = make(map[*QP]struct{})
@@ -308,19 +309,37 @@ func (d *Device) setSender(q *QP, sending bool) {
 		d.senders[q] = struct{}{}
 	} else {
 		delete(d.senders, q)
-		q.mu.Lock()
-		q.eng.SetWindowLimit(0)
-		q.mu.Unlock()
 	}
-	if len(d.senders) == 0 {
+	share := senderShare(len(d.senders))
+	limit := uint32(0)
+	if sending {
+		limit = share
+	}
+	q.mu.Lock()
+	q.eng.SetWindowLimit(limit)
+	q.mu.Unlock()
+	// The others only when their window changes: past a few hundred
+	// senders every share is rxe's 128 PSNs, and a device bringing up
+	// thousands of QPs must not visit all of them for each one.
+	if transport.SameWindow(old, share) {
 		return
 	}
-	share := uint32(transport.MaxUnackedBytes / len(d.senders))
 	for s := range d.senders {
-		s.mu.Lock()
-		s.eng.SetWindowLimit(share)
-		s.mu.Unlock()
+		if s != q {
+			s.mu.Lock()
+			s.eng.SetWindowLimit(share)
+			s.mu.Unlock()
+		}
 	}
+}
+
+// senderShare is each of n senders' window limit: an equal share of
+// transport.MaxUnackedBytes (0, no limit, for none).
+func senderShare(n int) uint32 {
+	if n == 0 {
+		return 0
+	}
+	return uint32(transport.MaxUnackedBytes / n)
 }
 
 // modify applies a modification under q.mu and reports whether q is now a

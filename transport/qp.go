@@ -207,6 +207,20 @@ func maxWindow(pmtu, limit uint32) uint32 {
 	return min(max(limit/max(pmtu, 1), MinUnackedPSNs), MaxUnackedPSNs)
 }
 
+// SameWindow reports whether window limits a and b (SetWindowLimit) give
+// the same largest window at every path MTU: then a QP need not be told of
+// a change from one to the other (once a device's share is below
+// MinUnackedPSNs packets of 256 bytes, it changes nothing).
+func SameWindow(a, b uint32) bool {
+	for m := bth.MTU256; m <= bth.MTU4096; m++ {
+		p := uint32(m.Bytes())
+		if maxWindow(p, a) != maxWindow(p, b) {
+			return false
+		}
+	}
+	return true
+}
+
 // WindowMax is the largest unacknowledged-PSN window the requester may
 // reach now: its path MTU's and SetWindowLimit's.
 func (q *QP) WindowMax() uint32 { return q.winMax }

@@ -407,3 +407,24 @@ func TestWindowLimit(t *testing.T) {
 		t.Fatalf("window %d after a reset and a new path MTU, want the limit's 256", got)
 	}
 }
+
+// SameWindow tells hca when a new share changes no QP's window, so that a
+// device need not visit every QP as thousands are connected.
+func TestSameWindow(t *testing.T) {
+	for _, c := range []struct {
+		a, b uint32
+		same bool
+	}{
+		{0, transport.MaxUnackedBytes, true},        // 0 is no limit: the maximum
+		{0, 2 * transport.MaxUnackedBytes, true},    // never above the maximum
+		{transport.MaxUnackedBytes, 4 << 20, false}, // 8 MiB against 4: every MTU differs
+		{1000, 2000, true},                          // both below 128 PSNs of 256 bytes
+		{128 * 256, 100, true},                      // at the floor exactly
+		{128 * 256, 128*256 + 256, false},           // one 256-byte PSN above it
+		{(1 << 20) + 100, (1 << 20) + 200, true},    // the same whole packets at every MTU
+	} {
+		if got := transport.SameWindow(c.a, c.b); got != c.same {
+			t.Errorf("SameWindow(%d, %d) = %v, want %v", c.a, c.b, got, c.same)
+		}
+	}
+}
