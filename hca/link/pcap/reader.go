@@ -2,6 +2,8 @@ package pcap
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -66,6 +68,11 @@ func LinkTypeFor(f link.Format) (LinkType, error) {
 	}
 	return 0, fmt.Errorf("pcap: no link type for frame format %v", f)
 }
+
+// maxSnaplen is the largest record a classic pcap file may hold, whatever
+// snap length its header states (libpcap's MAXIMUM_SNAPLEN): a longer
+// record is an error from Reader.Next.
+const maxSnaplen = 262144
 
 // ErrNotCapture is returned by NewReader for input that is neither pcap nor
 // pcapng.
@@ -142,20 +149,38 @@ func NewReader(r io.Reader) (*Reader, error) {
 		}
 		return rd, nil
 	case isPcapMagic(magic), magic[0] == 0x1F && magic[1] == 0x8B:
-		var lt LinkType
-		if isPcapMagic(magic) {
-			// pcapgo keeps the link type in a uint8; read the full 32 bits.
-			hdr, err := br.Peek(24)
+		// The file header is read here, and handed to pcapgo with its snap
+		// length clamped (so a gzipped file is unpacked here too).
+		var src io.Reader = br
+		if !isPcapMagic(magic) {
+			zr, err := gzip.NewReader(br)
 			if err != nil {
 				return nil, headerError(err)
 			}
-			if binary.LittleEndian.Uint32(hdr) == 0xA1B2C3D4 || binary.LittleEndian.Uint32(hdr) == 0xA1B23C4D {
-				lt = LinkType(binary.LittleEndian.Uint32(hdr[20:]))
-			} else {
-				lt = LinkType(binary.BigEndian.Uint32(hdr[20:]))
+			src = zr
+		}
+		var hdr [24]byte
+		if _, err := io.ReadFull(src, hdr[:]); err != nil {
+			return nil, headerError(err)
+		}
+		var lt LinkType
+		if isPcapMagic(hdr[:]) {
+			// pcapgo keeps the link type in a uint8; read the full 32 bits.
+			order := binary.ByteOrder(binary.BigEndian)
+			if binary.LittleEndian.Uint32(hdr[:]) == 0xA1B2C3D4 || binary.LittleEndian.Uint32(hdr[:]) == 0xA1B23C4D {
+				order = binary.LittleEndian
+			}
+			lt = LinkType(order.Uint32(hdr[20:]))
+			// pcapgo sizes its record buffer by the file's snap length
+			// (and the first record's capture length, which it bounds by
+			// the snap length), unchecked: a 4 GiB snap length in a
+			// 100-byte file was a 4 GiB allocation, a fatal out of memory.
+			// libpcap takes no record longer than maxSnaplen either.
+			if order.Uint32(hdr[16:]) > maxSnaplen {
+				order.PutUint32(hdr[16:], maxSnaplen)
 			}
 		}
-		pr, err := pcapgo.NewReader(br)
+		pr, err := pcapgo.NewReader(io.MultiReader(bytes.NewReader(hdr[:]), src))
 		if err != nil {
 			return nil, headerError(err)
 		}
