@@ -238,6 +238,8 @@ func FuzzReader(f *testing.F) {
 	f.Add(writeCaptureF(LinkTypeEthernet, readRequestFrame))
 	f.Add(writeCaptureF(LinkTypeERF, readRequestFrame[:30]))
 	f.Add(writeCaptureF(LinkTypeRaw, readRequestFrame[14:]))
+	f.Add(cat(ngSHB(), ngIDB(uint16(LinkTypeEthernet), 65535), ngEPB(uint32(len(readRequestFrame)), readRequestFrame)))
+	f.Add(cat(ngSHB(), ngIDB(uint16(LinkTypeEthernet), 0), ngSPB(uint32(len(readRequestFrame)), readRequestFrame)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := NewReader(bytes.NewReader(data))
 		if err != nil {

@@ -138,7 +138,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 	}
 	switch {
 	case binary.BigEndian.Uint32(magic) == 0x0A0D0D0A:
-		ng, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{WantMixedLinkType: true})
+		ng, err := pcapgo.NewNgReader(newNgChecker(br), pcapgo.NgReaderOptions{WantMixedLinkType: true})
 		if err != nil {
 			return nil, headerError(err)
 		}

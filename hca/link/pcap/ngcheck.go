@@ -1,0 +1,165 @@
+package pcap
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// pcapgo's NgReader trusts a pcapng file's lengths: it sizes its packet
+// buffer by an interface's snap length or a record's capture length and
+// discards "block length - capture length" bytes after it, all unchecked.
+// A 100-byte file with a 4 GiB snap length was a 4 GiB allocation, a fatal
+// out of memory, and a capture length beyond its block made it read the
+// next blocks as packet data. ngChecker sits between the file and pcapgo:
+// it passes the file through block by block, each read whole (at most
+// maxNgBlock bytes) and checked first, clamps interface snap lengths to
+// maxSnaplen as the classic reader does, and fails the read at the first
+// block whose lengths do not add up, which Reader.Next reports for that
+// record.
+
+// maxNgBlock bounds one pcapng block: a full maxSnaplen record with its
+// headers, padding and generous room for options.
+const maxNgBlock = maxSnaplen + 64<<10
+
+// errNgBlock wraps every malformed-block error of ngChecker.
+var errNgBlock = errors.New("pcapng: malformed block")
+
+// pcapng block types goroce checks (pcapng spec §4).
+const (
+	ngSectionHeader   = 0x0A0D0D0A
+	ngInterface       = 1
+	ngObsoletePacket  = 2
+	ngSimplePacket    = 3
+	ngEnhancedPacket  = 6
+	ngByteOrderMagic  = 0x1A2B3C4D
+	ngBlockHeaderSize = 8 // type, total length
+)
+
+type ngChecker struct {
+	r     *bufio.Reader
+	order binary.ByteOrder
+	// snap0 is the snap length of the section's first interface (what a
+	// simple packet block's capture length is bounded by); 0 before one.
+	snap0 uint32
+	iface int // interfaces seen in this section
+	block []byte
+	left  []byte // checked bytes not yet read
+	err   error
+}
+
+func newNgChecker(r *bufio.Reader) *ngChecker { return &ngChecker{r: r} }
+
+func (c *ngChecker) Read(p []byte) (int, error) {
+	for len(c.left) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		c.err = c.next()
+	}
+	n := copy(p, c.left)
+	c.left = c.left[n:]
+	return n, nil
+}
+
+func (c *ngChecker) fail(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errNgBlock}, a...)...)
+}
+
+// next reads and checks one block into c.left.
+func (c *ngChecker) next() error {
+	hdr, err := c.r.Peek(12)
+	switch {
+	case err == io.EOF && len(hdr) == 0:
+		return io.EOF
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		return io.ErrUnexpectedEOF
+	case err != nil:
+		return err
+	}
+	if binary.BigEndian.Uint32(hdr) == ngSectionHeader {
+		// The section's byte order comes from its magic, after the
+		// length; every block after it follows that order.
+		switch {
+		case binary.BigEndian.Uint32(hdr[8:]) == ngByteOrderMagic:
+			c.order = binary.BigEndian
+		case binary.LittleEndian.Uint32(hdr[8:]) == ngByteOrderMagic:
+			c.order = binary.LittleEndian
+		default:
+			return c.fail("section header byte-order magic %x", hdr[8:12])
+		}
+		c.snap0, c.iface = 0, 0
+	}
+	if c.order == nil {
+		return c.fail("block before the section header")
+	}
+	typ, total := c.order.Uint32(hdr), c.order.Uint32(hdr[4:])
+	if total < 12 || total%4 != 0 || total > maxNgBlock {
+		return c.fail("block type %d of %d bytes", typ, total)
+	}
+	if cap(c.block) < int(total) {
+		c.block = make([]byte, total)
+	}
+	b := c.block[:total]
+	if _, err := io.ReadFull(c.r, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if c.order.Uint32(b[total-4:]) != total {
+		return c.fail("block type %d: trailing length %d, leading %d", typ, c.order.Uint32(b[total-4:]), total)
+	}
+	body := b[ngBlockHeaderSize : total-4]
+	// packet checks that a packet block's capture length fits in the room
+	// its body has after the fixed fields.
+	packet := func(fixed int, caplen uint32) error {
+		if len(body) < fixed {
+			return c.fail("packet block type %d of %d bytes", typ, total)
+		}
+		if room := uint32(len(body) - fixed); caplen > room {
+			return c.fail("packet block type %d: capture length %d, %d bytes of room", typ, caplen, room)
+		}
+		return nil
+	}
+	switch typ {
+	case ngSectionHeader:
+		if len(body) < 16 { // magic, version, section length
+			return c.fail("section header of %d bytes", total)
+		}
+	case ngInterface:
+		if len(body) < 8 {
+			return c.fail("interface block of %d bytes", total)
+		}
+		if c.order.Uint32(body[4:]) > maxSnaplen {
+			c.order.PutUint32(body[4:], maxSnaplen)
+		}
+		if c.iface == 0 {
+			c.snap0 = c.order.Uint32(body[4:])
+		}
+		c.iface++
+	case ngEnhancedPacket, ngObsoletePacket:
+		if len(body) >= 20 {
+			if err := packet(20, c.order.Uint32(body[12:])); err != nil {
+				return err
+			}
+		} else {
+			return packet(20, 0)
+		}
+	case ngSimplePacket:
+		if len(body) < 4 {
+			return packet(4, 0)
+		}
+		caplen := c.order.Uint32(body)
+		if c.snap0 != 0 {
+			caplen = min(caplen, c.snap0)
+		}
+		if err := packet(4, caplen); err != nil {
+			return err
+		}
+	}
+	c.left = b
+	return nil
+}

@@ -1,0 +1,112 @@
+package pcap
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+)
+
+// ngBlock builds a little-endian pcapng block of type typ around body
+// (padded to 4 bytes); total, when non-zero, overrides both length fields.
+func ngBlock(typ uint32, body []byte, total uint32) []byte {
+	for len(body)%4 != 0 {
+		body = append(body, 0)
+	}
+	n := uint32(12 + len(body))
+	if total != 0 {
+		n = total
+	}
+	b := binary.LittleEndian.AppendUint32(nil, typ)
+	b = binary.LittleEndian.AppendUint32(b, n)
+	b = append(b, body...)
+	return binary.LittleEndian.AppendUint32(b, n)
+}
+
+func ngSHB() []byte {
+	body := binary.LittleEndian.AppendUint32(nil, ngByteOrderMagic)
+	body = binary.LittleEndian.AppendUint16(body, 1)
+	body = binary.LittleEndian.AppendUint16(body, 0)
+	body = binary.LittleEndian.AppendUint64(body, ^uint64(0)) // section length unknown
+	return ngBlock(ngSectionHeader, body, 0)
+}
+
+func ngIDB(lt uint16, snap uint32) []byte {
+	body := binary.LittleEndian.AppendUint16(nil, lt)
+	body = binary.LittleEndian.AppendUint16(body, 0)
+	body = binary.LittleEndian.AppendUint32(body, snap)
+	return ngBlock(ngInterface, body, 0)
+}
+
+func ngEPB(caplen uint32, data []byte) []byte {
+	body := make([]byte, 20)
+	binary.LittleEndian.PutUint32(body[12:], caplen)
+	binary.LittleEndian.PutUint32(body[16:], uint32(len(data)))
+	return ngBlock(ngEnhancedPacket, append(body, data...), 0)
+}
+
+func ngSPB(origlen uint32, data []byte) []byte {
+	return ngBlock(ngSimplePacket, append(binary.LittleEndian.AppendUint32(nil, origlen), data...), 0)
+}
+
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// A pcapng file whose lengths do not add up is refused record by record
+// with an error, never read as a huge allocation (pcapgo sized its buffer
+// by the interface's snap length and the record's capture length,
+// unchecked: a 4 GiB snap length in a 100-byte file was a fatal out of
+// memory) or as the next blocks' bytes.
+func TestReaderPcapngLengths(t *testing.T) {
+	frame := readRequestFrame
+	eth := uint16(LinkTypeEthernet)
+	huge := ngEPB(uint32(len(frame)), frame)
+	binary.LittleEndian.PutUint32(huge[4:], 0xFFFFFFF0)
+	trail := ngEPB(uint32(len(frame)), frame)
+	binary.LittleEndian.PutUint32(trail[len(trail)-4:], 4)
+	for _, tc := range []struct {
+		name    string
+		file    []byte
+		frames  int   // frames read before the error
+		openErr bool  // NewReader fails
+		nextErr error // the error after them (io.EOF: a clean end)
+	}{
+		{"good", cat(ngSHB(), ngIDB(eth, 65535), ngEPB(uint32(len(frame)), frame)), 1, false, io.EOF},
+		{"4 GiB snap length", cat(ngSHB(), ngIDB(eth, 0xFFFFFFF0), ngEPB(uint32(len(frame)), frame)), 1, false, io.EOF},
+		{"capture length past its block", cat(ngSHB(), ngIDB(eth, 0), ngEPB(0xFFFFFF00, frame)), 0, false, errNgBlock},
+		{"capture length one past", cat(ngSHB(), ngIDB(eth, 0), ngEPB(uint32(len(frame))+4, frame)), 0, false, errNgBlock},
+		{"4 GiB block", cat(ngSHB(), ngIDB(eth, 0), huge), 0, false, errNgBlock},
+		{"trailing length", cat(ngSHB(), ngIDB(eth, 0), trail), 0, false, errNgBlock},
+		{"simple packet, 4 GiB, no snap length", cat(ngSHB(), ngIDB(eth, 0), ngSPB(0xFFFFFFFF, frame)), 0, false, errNgBlock},
+		{"simple packet within the snap length", cat(ngSHB(), ngIDB(eth, uint32(len(frame))), ngSPB(0xFFFFFFFF, frame)), 1, false, io.EOF},
+		{"cut inside a block", cat(ngSHB(), ngIDB(eth, 0), ngEPB(uint32(len(frame)), frame))[:60], 0, false, ErrTruncated},
+		{"short section header", cat(ngBlock(ngSectionHeader, binary.LittleEndian.AppendUint32(nil, ngByteOrderMagic), 0), ngIDB(eth, 0)), 0, true, nil},
+		{"odd block length", cat(ngSHB(), ngIDB(eth, 0), ngBlock(ngEnhancedPacket, make([]byte, 20), 35)), 0, false, errNgBlock},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewReader(bytes.NewReader(tc.file))
+			if tc.openErr {
+				if err == nil {
+					t.Fatal("NewReader accepted it")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("NewReader: %v", err)
+			}
+			var f Frame
+			for i := 0; i < tc.frames; i++ {
+				if err := r.Next(&f); err != nil {
+					t.Fatalf("frame %d: %v", i+1, err)
+				}
+				if !bytes.Equal(f.Data, frame) {
+					t.Fatalf("frame %d: %x", i+1, f.Data)
+				}
+			}
+			err = r.Next(&f)
+			if !errors.Is(err, tc.nextErr) {
+				t.Fatalf("after %d frames: %v, want %v", tc.frames, err, tc.nextErr)
+			}
+		})
+	}
+}
