@@ -297,6 +297,8 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 func (d *Device) setSender(q *QP, sending bool) {
 	d.sendMu.Lock()
 	defer d.sendMu.Unlock()
+	// A Modify racing Destroy must not leave a destroyed QP counted.
+	sending = sending && !q.destroyed.Load()
 	_, was := d.senders[q]
 	if was == sending {
 		return
