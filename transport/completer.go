@@ -31,7 +31,7 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 		q.stats.RxDuplicateResponses++
 		return
 	}
-	progress := false
+	progress, grow := false, true
 	for q.sqHead != q.sqTail && q.sqHead < q.hiIdx {
 		w := q.slot(q.sqHead)
 		if psn.Compare(w.lastPSN) <= 0 || w.errStatus != 0 {
@@ -41,7 +41,7 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 			// The responder answered something after this READ/ATOMIC,
 			// so its response was lost: implied NAK, retry.
 			if progress {
-				q.ackProgress(now)
+				q.ackProgress(now, true)
 			}
 			q.stats.ImpliedNAKs++
 			q.nakRetry()
@@ -62,7 +62,7 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 	}
 	if q.sqHead == q.sqTail || q.sqHead >= q.hiIdx || psn.Less(q.compPSN) {
 		if progress {
-			q.ackProgress(now)
+			q.ackProgress(now, true)
 		} else {
 			q.stats.RxDuplicateResponses++
 		}
@@ -152,6 +152,10 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 		}
 		q.compPSN = psn.Add(1)
 		progress = true
+		// The window grows by one per acknowledgment, and a READ's
+		// acknowledgment is its last response, not each packet of it
+		// (which regrew a halved window in one round trip).
+		grow = oi.Has(bth.FlagLast)
 		if oi.Has(bth.FlagLast) {
 			q.completeHead(StatusSuccess)
 		}
@@ -173,21 +177,23 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 		q.stats.RxDropped++
 	}
 	if progress {
-		q.ackProgress(now)
+		q.ackProgress(now, grow)
 	}
 }
 
 // ackProgress runs after a response acknowledged something: retry counters
 // are reset (rxe_comp.c reset_retry_counters), the local ACK timer restarts
 // while anything is outstanding, and a requester that is re-sending packets
-// the peer has already acknowledged skips ahead.
-func (q *QP) ackProgress(now Time) {
+// the peer has already acknowledged skips ahead. With grow, the window
+// grows by one (an acknowledgment: an ACK, or the last packet of a READ
+// response).
+func (q *QP) ackProgress(now Time, grow bool) {
 	if q.state != StateRTS && q.state != StateSQD {
 		return
 	}
 	q.resetRetry()
 	q.syncReq()
-	if q.window < q.winMax {
+	if grow && q.window < q.winMax {
 		q.window++
 	}
 	if q.compPSN != q.reqPSN && q.timeout > 0 {

@@ -52,3 +52,7 @@ func (q *QP) CheckRequester() error {
 
 // Window is the requester's current unacknowledged-PSN window.
 func (q *QP) Window() uint32 { return q.window }
+
+// SetWindow sets the requester's current window (the loss-driven state
+// SetWindowLimit does not touch), for tests of its growth.
+func (q *QP) SetWindow(n uint32) { q.window = n }

@@ -428,3 +428,38 @@ func TestSameWindow(t *testing.T) {
 		}
 	}
 }
+
+// The window grows by one per acknowledgment, and a READ's is its last
+// response packet: sixteen 8-packet READs answered in full grow a window
+// at the floor by 16, not by the 128 packets that answered them (which
+// regrew a halved window within one round trip and made a READ requester
+// overrun a slow responder again at once).
+func TestReadWindowGrowsPerRead(t *testing.T) {
+	p := newPair(t, pairOpt{typ: transport.RC, mtu: bth.MTU1024, conn: func(c *tt.Conn) { c.Timeout = 10 }})
+	const reads, size = 16, 8 << 10
+	dst := p.mem.Register(1, reads*size, allAccess) // A's, read into
+	src := p.mem.Register(2, reads*size, allAccess) // B's, read from
+	fill(src.Buf, 3)
+	A, B := p.a.QP, p.b.QP
+	for i := range reads {
+		if err := A.PostSend(0, &transport.SendWR{ID: uint64(i), Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{dst.SGE(i*size, size)}, RemoteAddr: src.Addr + uint64(i*size), RKey: src.RKey}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	A.SetWindow(transport.MinUnackedPSNs)
+	var now transport.Time
+	deliver(B, now, xmit(A, now)...)
+	resp := xmit(B, now)
+	if len(resp) != reads*size/1024 {
+		t.Fatalf("%d response packets, want %d", len(resp), reads*size/1024)
+	}
+	deliver(A, now, resp...)
+	if got, want := A.Window(), uint32(transport.MinUnackedPSNs+reads); got != want {
+		t.Fatalf("window %d after %d READs of %d packets, want %d (one per READ)", got, reads, size/1024, want)
+	}
+	p.run(1, 0)
+	if !bytes.Equal(dst.Buf, src.Buf) {
+		t.Fatal("READ data differs")
+	}
+}
