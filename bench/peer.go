@@ -338,6 +338,10 @@ func mbFactor(gbits bool) float64 {
 	return 1 << 20
 }
 
+// BWUnit is the bytes per second of one unit of the bandwidth p reports:
+// a MB (2^20 bytes), or a Gb with --report_gbits (125e6 bytes).
+func (p Params) BWUnit() float64 { return mbFactor(p.ReportGbits) }
+
 func bwReport(p Params, r BWResult) exchange.BWReport {
 	f := mbFactor(p.ReportGbits)
 	return exchange.BWReport{Size: uint64(r.Size), Iters: uint64(reportIters(p, r)), BWPeak: r.PeakBytesPerSec / f,

@@ -350,10 +350,7 @@ func verifyLimits(rep *bench.Report, bw, mr float64) string {
 	if rep == nil || (bw == 0 && mr == 0) {
 		return ""
 	}
-	unit := float64(1 << 20)
-	if rep.Params.ReportGbits {
-		unit = 125e6
-	}
+	unit := rep.Params.BWUnit()
 	bwOK, mrOK := bw == 0, mr == 0
 	for _, r := range rep.Results {
 		bwOK = bwOK || r.BW.BytesPerSec/unit >= bw
