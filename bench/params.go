@@ -227,6 +227,10 @@ type Params struct {
 	// MTU, which perftest's check_mtu enforces once the MTU is agreed:
 	// FitUD).
 	Conn hca.QPType
+	// UseSRQ is perftest's --use-srq (SEND modes): the QPs take their
+	// receives from one shared receive queue of RxDepth WRs, to which each
+	// QP's share of the buffers (RxDepth / QPs) is posted.
+	UseSRQ bool
 
 	// sizeGiven records an explicit -s (Size set before Normalize): a UD
 	// run then refuses a size above the MTU rather than shrinking it.
@@ -352,6 +356,13 @@ func (p *Params) Normalize() error {
 		// force_dependecies: nothing resends a UC or UD message that
 		// found no receive, so post one for every message if possible.
 		p.RxDepth = min(p.Iters, maxRxUnreliable)
+		if p.UseSRQ {
+			// perftest gives each QP rx_depth / num_of_qps of an SRQ,
+			// a 1/QPs share of its messages; the rest would race the
+			// reposts and be lost. One receive for every message of
+			// every QP instead.
+			p.RxDepth = min(p.Iters*p.QPs, maxRxUnreliable)
+		}
 	}
 	if p.TxDepth < 1 || p.TxDepth > 1<<14 || p.RxDepth < 1 || p.RxDepth > 1<<14 {
 		return fmt.Errorf("%w: queue depths -t %d -r %d out of [1, 16384]", ErrParams, p.TxDepth, p.RxDepth)
@@ -394,6 +405,14 @@ func (p *Params) Normalize() error {
 	}
 	if p.OutReads < 0 {
 		return fmt.Errorf("%w: -o %d outstanding reads", ErrParams, p.OutReads)
+	}
+	switch {
+	case p.UseSRQ && !p.Mode.isSend():
+		// force_dependecies: "Using SRQ only avavilible in SEND tests."
+		return fmt.Errorf("%w: --use-srq: an SRQ is used only in the SEND tests (send_bw, send_lat)", ErrParams)
+	case p.UseSRQ && p.RxDepth < p.QPs:
+		// ctx_set_recv_wqes posts rx_depth / num_of_qps per QP: none.
+		return fmt.Errorf("%w: --use-srq: RX depth %d leaves no receive for each of %d QPs (-r must be at least -q)", ErrParams, p.RxDepth, p.QPs)
 	}
 	return nil
 }

@@ -46,7 +46,11 @@ func PrintHeader(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "                    %s\n", title)
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", r.Device)
 	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", p.QPs)
-	fmt.Fprintf(w, " Connection type : %v\t\tUsing SRQ      : OFF\n", p.Conn)
+	srq := "OFF"
+	if p.UseSRQ {
+		srq = "ON"
+	}
+	fmt.Fprintf(w, " Connection type : %v\t\tUsing SRQ      : %s\n", p.Conn, srq)
 	// perftest 6.06 prints whether its MRs ask for PCIe relaxed ordering
 	// and whether it posts through the ibv_wr_* API: neither applies to a
 	// software HCA.

@@ -29,17 +29,20 @@ type Session struct {
 	dev      *hca.Device
 	pd       *hca.PD
 	scq, rcq *hca.CQ
-	qps      []*qpRes
-	remote   []exchange.PerftestDest
-	gidIndex int
-	gid      hca.GID
-	mtu      bth.MTU
-	outReads int
-	bufSize  int // bytes in each half of a QP's buffer
-	inline   int // the QPs' max_inline_data: sizes up to it are posted inline
-	wcs      []hca.WC
-	samples  []sample
-	lat      []time.Duration
+	srq      *hca.SRQ // --use-srq: every QP's receive queue
+	// srqPosted counts the receives posted to srq for this size.
+	srqPosted int
+	qps       []*qpRes
+	remote    []exchange.PerftestDest
+	gidIndex  int
+	gid       hca.GID
+	mtu       bth.MTU
+	outReads  int
+	bufSize   int // bytes in each half of a QP's buffer
+	inline    int // the QPs' max_inline_data: sizes up to it are posted inline
+	wcs       []hca.WC
+	samples   []sample
+	lat       []time.Duration
 
 	// Progress, when set, receives a progress line about every second once
 	// a size has run for more than two seconds.
@@ -148,10 +151,16 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 			return nil, err
 		}
 	}
+	if p.UseSRQ {
+		// ctx_init: one SRQ of rx_depth WRs of one SGE for every QP.
+		if s.srq, err = s.pd.CreateSRQ(hca.SRQAttr{MaxWR: p.RxDepth, MaxSGE: 1}); err != nil {
+			return nil, err
+		}
+	}
 	access := hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
 	for range p.QPs {
 		r := &qpRes{psn: bth.PSN(rand.Uint32() & 0xFFFFFF)}
-		r.qp, err = s.pd.CreateQP(hca.QPInitAttr{Type: p.Conn, SendCQ: s.scq, RecvCQ: s.rcq,
+		r.qp, err = s.pd.CreateQP(hca.QPInitAttr{Type: p.Conn, SendCQ: s.scq, RecvCQ: s.rcq, SRQ: s.srq,
 			Cap: hca.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}})
 		if err != nil {
 			return nil, err
@@ -338,6 +347,7 @@ func (s *Session) setSize(size int) {
 		r.rwr.SGL = r.rsgl[:]
 		r.scnt, r.ccnt, r.rcnt, r.posted = 0, 0, 0, 0
 	}
+	s.srqPosted = 0
 }
 
 // Ready is what perftest does before the start barrier for one size: the
@@ -352,8 +362,13 @@ func (s *Session) Ready(size int) error {
 	if !s.p.Mode.isSend() || (s.p.Mode == ModeSendBW && s.client && !s.p.Duplex) {
 		return nil
 	}
+	depth := s.p.RxDepth
+	if s.srq != nil {
+		// ctx_set_recv_wqes: each QP's buffer gets its share of the SRQ.
+		depth /= len(s.qps)
+	}
 	for i, r := range s.qps {
-		for r.posted < s.p.RxDepth && (r.posted < s.p.Iters || s.p.Duration > 0) {
+		for r.posted < depth && s.wantRecv(r) {
 			if err := s.postRecv(r, i); err != nil {
 				return err
 			}
@@ -362,11 +377,34 @@ func (s *Session) Ready(size int) error {
 	return nil
 }
 
+// wantRecv reports whether another receive is due for QP r's buffer: a
+// run of -n iterations posts exactly one per message, so that none is
+// left over for the next size of -a (which may be larger); a duration run
+// posts on. The receives of an SRQ are counted over all its QPs, since
+// any QP may take any buffer's.
+func (s *Session) wantRecv(r *qpRes) bool {
+	switch {
+	case s.p.Duration > 0:
+		return true
+	case s.srq != nil:
+		return s.srqPosted < s.p.Iters*len(s.qps)
+	}
+	return r.posted < s.p.Iters
+}
+
+// postRecv posts a receive into the buffer of QP i (to the SRQ with
+// --use-srq, where any QP may take it; the WR ID still names the buffer's
+// QP, whose count it then advances, as perftest's wr_id does).
 func (s *Session) postRecv(r *qpRes, i int) error {
 	r.rwr.ID = uint64(i)<<32 | uint64(uint32(r.posted))
-	if err := r.qp.PostRecv(&r.rwr); err != nil {
+	post := r.qp.PostRecv
+	if s.srq != nil {
+		post = s.srq.PostRecv
+	}
+	if err := post(&r.rwr); err != nil {
 		return err
 	}
+	s.srqPosted++
 	r.posted++
 	return nil
 }
@@ -386,6 +424,9 @@ func (s *Session) Close() {
 		}
 	}
 	s.qps = nil
+	if s.srq != nil {
+		s.srq.Destroy()
+	}
 	if s.scq != nil {
 		s.scq.Destroy()
 	}
@@ -395,7 +436,7 @@ func (s *Session) Close() {
 	if s.pd != nil {
 		s.pd.Dealloc()
 	}
-	s.scq, s.rcq, s.pd = nil, nil, nil
+	s.scq, s.rcq, s.srq, s.pd = nil, nil, nil, nil
 }
 
 // ErrStalled is wrapped by the error of a UC or UD run whose messages
@@ -717,7 +758,7 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 			if wcs[i].Opcode&transport.WCRecv != 0 {
 				r.rcnt++
 				rdone++
-				if r.posted < p.Iters || p.Duration > 0 {
+				if s.wantRecv(r) {
 					if err := s.postRecv(r, qi); err != nil {
 						return BWResult{}, err
 					}
@@ -886,7 +927,7 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 			r := s.qps[qi]
 			r.rcnt++
 			done++
-			if r.posted < p.Iters || p.Duration > 0 {
+			if s.wantRecv(r) {
 				if err := s.postRecv(r, qi); err != nil {
 					return BWResult{}, err
 				}
@@ -1082,7 +1123,7 @@ func (s *Session) waitRecv(ctx context.Context, r *qpRes, i int, deadline time.T
 		return false, err
 	}
 	r.rcnt++
-	if r.posted < s.p.Iters || s.p.Duration > 0 {
+	if s.wantRecv(r) {
 		if err := s.postRecv(r, 0); err != nil {
 			return false, err
 		}

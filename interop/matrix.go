@@ -291,6 +291,8 @@ var Matrix = []Case{
 		note("4 QPs: one perftest exchange record per QP")),
 	pt("send_bw_q4", "ib_send_bw", "send_bw", "-q 4 -s 16384 -n 200 -t 32 -r 64", sendFML,
 		note("4 QPs, TX depth 32, RX depth 64")),
+	pt("send_bw_srq", "ib_send_bw", "send_bw", "--use-srq -q 4 -s 16384 -n 200", sendFML,
+		note("--use-srq: the receiving side's 4 QPs share one SRQ (local to each side: the wire is plain RC SEND)")),
 	pt("read_bw_q8", "ib_read_bw", "read_bw", "-q 8 -s 16384 -n 100 -o 2", readFML,
 		note("8 QPs of READs, two outstanding each: every QP's responses at once (with perftest's default -o, rxe's responder in the TCG guest drops most of them: 1.3-1.9 MB/s, rxe against rxe too)")),
 	pt("send_bw_all", "ib_send_bw", "send_bw", "-a -q 2 -n 5", sendFML,

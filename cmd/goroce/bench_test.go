@@ -269,11 +269,28 @@ func TestBenchLatencySamples(t *testing.T) {
 // A perftest flag goroce bench does not implement is named as such, not
 // reported as an unknown flag.
 func TestBenchPerftestOnlyFlags(t *testing.T) {
-	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"--rate_limit", "3"}, {"--use-srq"}, {"-M", "ff0e::1"}} {
+	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"--rate_limit", "3"}, {"--reversed"}, {"-M", "ff0e::1"}} {
 		st, out, errOut := runCLI(append([]string{"bench", "send_bw", "--loopback"}, args...)...)
 		if st != exitUsage || !strings.Contains(errOut, "is not implemented by goroce bench") || strings.Contains(errOut, "not defined") {
 			t.Errorf("%v: status %d\n%s%s", args, st, out, errOut)
 		}
+	}
+}
+
+// --use-srq: the SEND tests receive through one SRQ, as the header says;
+// another mode refuses it.
+func TestBenchUseSRQ(t *testing.T) {
+	var st int
+	var out, errOut string
+	inNetNS(t, func() {
+		st, out, errOut = runCLI("bench", "send_bw", "--loopback", "--use-srq", "-q", "3", "-n", "200", "-s", "4096")
+	})
+	if st != exitOK || !strings.Contains(out, "Using SRQ      : ON") || !regexp.MustCompile(`(?m)^ 4096       600 `).MatchString(out) {
+		t.Fatalf("send_bw --use-srq -q 3: status %d\n%s%s", st, out, errOut)
+	}
+	st, out, errOut = runCLI("bench", "write_bw", "--loopback", "--use-srq")
+	if st == exitOK || !strings.Contains(errOut, "--use-srq: an SRQ is used only in the SEND tests") {
+		t.Fatalf("write_bw --use-srq: status %d\n%s%s", st, out, errOut)
 	}
 }
 

@@ -44,7 +44,6 @@ var perftestOnlyFlags = []struct {
 	{[]string{"f", "margin"}, false, "duration margins"},
 	{[]string{"W", "report-counters"}, false, "device counters"},
 	{[]string{"L", "hop_limit"}, false, "hop limit"},
-	{[]string{"use-srq"}, true, "SRQ in the send tests"},
 	{[]string{"ipv6"}, true, "IPv6 GID selection; use -x with an IPv6 GID index"},
 	{[]string{"reversed"}, true, "server-to-client traffic"},
 	{[]string{"report-both"}, true, "separate RX and TX results of -b"},
