@@ -169,6 +169,12 @@ type Params struct {
 	// runs until Hooks.Stop closes; the server serves until the client
 	// ends the run.
 	Infinite bool
+	// Margin is perftest's -f / --margin of a Duration run: the result
+	// counts only what completes between Margin after the start and
+	// Margin before the end (the warm-up and the drain are left out).
+	// 0 is perftest's default, a quarter of the duration in whole seconds
+	// (0 below 4 s); Normalize sets it. --run_infinitely has none.
+	Margin time.Duration
 	// MTU is the path MTU (-m); 0 uses the port's active MTU.
 	MTU bth.MTU
 	// GIDIndex is the source GID index (-x); negative picks the first
@@ -340,6 +346,9 @@ func (p *Params) Normalize() error {
 	if p.Duration > 0 {
 		p.NoPeak = true // perftest: no peak in duration mode (its BW peak column reads 0.00)
 	}
+	if err := p.margin(); err != nil {
+		return err
+	}
 	if p.MTU != 0 && !p.MTU.Valid() {
 		return fmt.Errorf("%w: MTU enum %d", ErrParams, uint8(p.MTU))
 	}
@@ -413,6 +422,23 @@ func (p *Params) Normalize() error {
 	case p.UseSRQ && p.RxDepth < p.QPs:
 		// ctx_set_recv_wqes posts rx_depth / num_of_qps per QP: none.
 		return fmt.Errorf("%w: --use-srq: RX depth %d leaves no receive for each of %d QPs (-r must be at least -q)", ErrParams, p.RxDepth, p.QPs)
+	}
+	return nil
+}
+
+// margin applies -f: force_dependecies makes the default margin a quarter
+// of the duration (integer seconds), and catch_alarm samples for the
+// duration less both margins, which must leave something.
+func (p *Params) margin() error {
+	switch {
+	case p.Margin < 0:
+		return fmt.Errorf("%w: -f %v: margin must be greater than 0", ErrParams, p.Margin)
+	case p.Duration == 0 || p.Infinite:
+		p.Margin = 0
+	case p.Margin == 0:
+		p.Margin = (p.Duration / 4).Truncate(time.Second)
+	case 2*p.Margin >= p.Duration:
+		return fmt.Errorf("%w: -f %v: two margins leave nothing of -D %v to measure", ErrParams, p.Margin, p.Duration)
 	}
 	return nil
 }

@@ -791,7 +791,32 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 	if el == 0 {
 		el = time.Since(start)
 	}
+	done, el = s.sampled(done, el)
 	return s.bwResult(size, done, el), nil
+}
+
+// sampled narrows a Duration run's count and time to perftest's sample
+// window (catch_alarm's SAMPLE_STATE): from Margin after the start to
+// Margin before the end of the duration, by the completion samples
+// taken there. Without a margin (or samples) it returns done and el.
+func (s *Session) sampled(done int, el time.Duration) (int, time.Duration) {
+	m := s.p.Margin
+	if s.p.Duration == 0 || m == 0 || len(s.samples) == 0 {
+		return done, el
+	}
+	var a, b sample // the last samples at or before each edge
+	for _, x := range s.samples {
+		if x.t <= m {
+			a = x
+		}
+		if x.t <= s.p.Duration-m {
+			b = x
+		}
+	}
+	if b.t <= a.t {
+		return done, el
+	}
+	return b.msgs - a.msgs, b.t - a.t
 }
 
 // postBW posts the next n WRs of QP i, signaling one in CQMod and the
@@ -948,7 +973,8 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 	if len(s.samples) == 0 {
 		return BWResult{Op: s.opName(), Size: size}, nil
 	}
-	r := s.bwResult(size, done, s.samples[len(s.samples)-1].t)
+	done, el := s.sampled(done, s.samples[len(s.samples)-1].t)
+	r := s.bwResult(size, done, el)
 	// run_iter_bw_server times no posts, so perftest's send_bw server
 	// prints a BW peak of 0.00 (interop: ib_send_bw -q 4's server).
 	r.PeakBytesPerSec = 0
@@ -1034,6 +1060,8 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 	}
 	var tPost time.Time
 	done := 0
+	win := marginWindow{lo: -1, hi: -1}
+	t0 := time.Now()
 	// A UC or UD message lost on the way is never resent, and its
 	// answer never comes: give up as the bandwidth server does.
 	unreliable := p.Conn != hca.RC && p.Duration == 0
@@ -1064,6 +1092,9 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 		if first || i > 1 {
 			s.lat = append(s.lat, time.Since(tPost)/2)
 		}
+		if p.Margin > 0 {
+			win.note(time.Since(t0), len(s.lat), p.Margin, p.Duration)
+		}
 		if !first {
 			tPost = time.Now()
 			if err := s.postLat(ctx, r, i, size); err != nil {
@@ -1082,9 +1113,42 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 	// The second poster has one sample fewer than iterations (its last
 	// message gets no answer), as perftest's iters-1 deltas of tposted;
 	// like perftest it reports the iterations run.
+	if p.Margin > 0 {
+		s.lat = win.cut(s.lat)
+		done = len(s.lat)
+	}
 	res := s.latResult(size)
 	res.Iters = done
 	return res, nil
+}
+
+// marginWindow finds a latency Duration run's samples between its margins
+// (-f): lo indexes the first sample taken once Margin had passed, hi the
+// first taken once only Margin was left; -1 until then.
+type marginWindow struct{ lo, hi int }
+
+// note is called after each iteration, since the run started, with n
+// samples taken so far (the last of them in this iteration, if any).
+func (w *marginWindow) note(since time.Duration, n int, margin, dur time.Duration) {
+	if w.lo < 0 && since >= margin && n > 0 {
+		w.lo = n - 1
+	}
+	if w.hi < 0 && since >= dur-margin && n > 0 {
+		w.hi = n - 1
+	}
+}
+
+// cut returns the samples of the window (all of them when the run ended
+// before the first margin passed).
+func (w *marginWindow) cut(lat []time.Duration) []time.Duration {
+	lo, hi := w.lo, w.hi
+	if lo < 0 {
+		return lat
+	}
+	if hi < 0 {
+		hi = len(lat)
+	}
+	return lat[lo:max(lo, hi)]
 }
 
 // postLat posts message i: the previous send must have completed (TX depth

@@ -48,6 +48,7 @@ type benchOpts struct {
 	ceiling  bool
 	mtu      int
 	durSec   int
+	margin   int
 	atomic   string
 	timeout  int
 	events   bool
@@ -70,6 +71,8 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&p.MaxSize, "max_size", 0, "largest size of -a (goroce extension; default 2^23)")
 	fs.IntVar(&p.QPs, "q", 1, "number of QPs")
 	fs.IntVar(&o.durSec, "D", 0, "run each size for `SECONDS` instead of -n messages (with --run_infinitely: the report interval, default 5)")
+	fs.IntVar(&o.margin, "f", 0, "with -D: measure only between `SECONDS` after the start and as long before the end (default a quarter of -D, whole seconds, as perftest)")
+	fs.IntVar(&o.margin, "margin", 0, "same as -f")
 	fs.BoolVar(&o.p.Infinite, "run_infinitely", false, "bandwidth modes: run until interrupted (Ctrl-C on the client ends the run cleanly), printing the bandwidth of every -D seconds")
 	fs.IntVar(&o.mtu, "m", 0, "path MTU in bytes: 256, 512, 1024, 2048, 4096 (default: the port's active MTU)")
 	fs.IntVar(&p.GIDIndex, "x", -1, "source GID `INDEX` (default: the first IPv4 GID)")
@@ -204,6 +207,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usageErr("-D %d: negative duration", o.durSec)
 	}
 	o.p.Duration = time.Duration(o.durSec) * time.Second
+	if o.margin < 0 {
+		// perftest: " margin must be greater than 0."
+		return usageErr("-f %d: margin must be greater than 0", o.margin)
+	}
+	o.p.Margin = time.Duration(o.margin) * time.Second
 	if o.timeout < 0 || o.timeout > 31 {
 		return usageErr("-u %d: want 0..31", o.timeout)
 	}

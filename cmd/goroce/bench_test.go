@@ -294,6 +294,22 @@ func TestBenchUseSRQ(t *testing.T) {
 	}
 }
 
+// -f / --margin reaches the parameters: refusals name it.
+func TestBenchMargin(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-D", "4", "-f", "2"}, "two margins leave nothing of -D 4s"},
+		{[]string{"-D", "4", "--margin", "-1"}, "-f -1: margin must be greater than 0"},
+	} {
+		st, out, errOut := runCLI(append([]string{"bench", "write_bw", "--loopback"}, c.args...)...)
+		if st == exitOK || !strings.Contains(errOut, c.msg) {
+			t.Errorf("%v: status %d\n%s%s", c.args, st, out, errOut)
+		}
+	}
+}
+
 // -w and -y are perftest's limit verifiers: exit 1 with its message when
 // no result reaches the limit.
 func TestBenchLimits(t *testing.T) {

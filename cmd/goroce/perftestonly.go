@@ -41,7 +41,6 @@ var perftestOnlyFlags = []struct {
 	{[]string{"M", "MGID"}, false, "multicast group"},
 	{[]string{"C", "report-cycles"}, true, "results in CPU cycles"},
 	{[]string{"X", "vector"}, false, "completion vector"},
-	{[]string{"f", "margin"}, false, "duration margins"},
 	{[]string{"W", "report-counters"}, false, "device counters"},
 	{[]string{"L", "hop_limit"}, false, "hop limit"},
 	{[]string{"ipv6"}, true, "IPv6 GID selection; use -x with an IPv6 GID index"},
