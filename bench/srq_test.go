@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/hca/link/memlink"
 )
 
 // TestUseSRQ runs the SEND modes with --use-srq: every message arrives
@@ -109,4 +110,35 @@ func TestUseSRQAllSizes(t *testing.T) {
 	for i, r := range c.Results {
 		checkBW(t, r, 2<<i, 20, 3)
 	}
+}
+
+// TestUseSRQUnderLoss: RC SENDs into an SRQ with few receives (RNR NAKs)
+// over a link that loses, reorders and duplicates: every message arrives
+// exactly once, and nothing is left in the SRQ or the receive CQ.
+func TestUseSRQUnderLoss(t *testing.T) {
+	da, db := memPairFaults(t, memlink.Faults{Loss: 0.02, Reorder: 0.02, Duplicate: 0.01})
+	p := Params{Mode: ModeSendBW, QPs: 4, Iters: 200, Size: 3000, RxDepth: 8, UseSRQ: true}
+	cli, srv := connected(t, da, db, p)
+	rc, rs := runBoth(t, testCtx(t), cli, srv, p.Size)
+	checkBW(t, rc, p.Size, p.Iters, p.QPs)
+	if rs.BW.Messages != p.Iters*p.QPs {
+		t.Fatalf("server counted %d messages, want %d", rs.BW.Messages, p.Iters*p.QPs)
+	}
+	if n := srv.srq.Len(); n != 0 {
+		t.Fatalf("%d receives left in the SRQ", n)
+	}
+	if wcs, err := srv.rcq.Poll(srv.wcs); err != nil || wcs != 0 {
+		t.Fatalf("%d more receive completions after the run (%v): a message arrived twice", wcs, err)
+	}
+	// The run went through what it is meant to: resends and RNR NAKs.
+	var rexmit, rnr uint64
+	for _, r := range cli.qps {
+		st := r.qp.Stats()
+		rexmit += st.TxRetransmits
+		rnr += st.RNRNAKsReceived
+	}
+	if rexmit == 0 || rnr == 0 {
+		t.Fatalf("%d packets resent, %d RNR NAKs: the faults did not bite", rexmit, rnr)
+	}
+	t.Logf("%d packets resent, %d RNR NAKs received", rexmit, rnr)
 }
