@@ -237,6 +237,10 @@ type Params struct {
 	// receives from one shared receive queue of RxDepth WRs, to which each
 	// QP's share of the buffers (RxDepth / QPs) is posted.
 	UseSRQ bool
+	// WarmUp is perftest's --perform_warm_up (write, read and atomic
+	// bandwidth): before each size's measured run, every QP posts TxDepth
+	// WRs of it, all signaled, and waits for them (perform_warm_up).
+	WarmUp bool
 
 	// sizeGiven records an explicit -s (Size set before Normalize): a UD
 	// run then refuses a size above the MTU rather than shrinking it.
@@ -414,6 +418,10 @@ func (p *Params) Normalize() error {
 	}
 	if p.OutReads < 0 {
 		return fmt.Errorf("%w: -o %d outstanding reads", ErrParams, p.OutReads)
+	}
+	if p.WarmUp && p.Mode != ModeWriteBW && p.Mode != ModeReadBW && p.Mode != ModeAtomicBW {
+		// force_dependecies, word for word.
+		return fmt.Errorf("%w: Perform warm up is available in ATOMIC, READ and WRITE BW tests only", ErrParams)
 	}
 	switch {
 	case p.UseSRQ && !p.Mode.isSend():

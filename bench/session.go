@@ -491,6 +491,11 @@ func (s *Session) Run(ctx context.Context, size int) (Result, error) {
 			s.spinPassive()
 			return Result{Passive: true}, nil
 		}
+		if s.p.WarmUp {
+			if err := s.warmUp(ctx); err != nil {
+				return Result{}, err
+			}
+		}
 		r, err := s.bwClient(ctx, size)
 		return Result{BW: r}, err
 	case ModeSendLat:
@@ -850,6 +855,35 @@ func (s *Session) postBW(r *qpRes, i, n int) error {
 	r.scnt += posted
 	if err != nil {
 		return fmt.Errorf("bench: post %s list: %w", s.opName(), err)
+	}
+	return nil
+}
+
+// warmUp is perform_warm_up: each QP in turn posts TxDepth of the run's
+// WRs (PostList of them with a post list: perftest's warmupsession), every
+// one signaled, and waits for their completions, before the clock starts.
+// The run's own counts are untouched.
+func (s *Session) warmUp(ctx context.Context) error {
+	n := s.p.TxDepth
+	if s.p.PostList > 1 {
+		n = s.p.PostList // warmupsession with a post list
+	}
+	for i, r := range s.qps {
+		for k := range n {
+			w := r.wr
+			w.ID = uint64(i)<<32 | uint64(uint32(k))
+			w.Flags = r.flags | transport.SendSignaled
+			if err := r.qp.PostSend(&w); err != nil {
+				return fmt.Errorf("bench: warm-up: post %s on QP %d: %w", s.opName(), i, err)
+			}
+		}
+		for got := 0; got < n; {
+			wcs, err := s.poll(ctx, s.scq)
+			if err != nil {
+				return fmt.Errorf("bench: warm-up on QP %d: %w", i, err)
+			}
+			got += len(wcs)
+		}
 	}
 	return nil
 }

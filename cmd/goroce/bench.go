@@ -111,6 +111,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.Float64Var(&o.limitBW, "limit_bw", 0, "same as -w")
 	fs.Float64Var(&o.limitMR, "y", 0, "bandwidth modes: fail (exit 1) unless a result's message rate reaches `LIMIT` Mpps")
 	fs.Float64Var(&o.limitMR, "limit_msgrate", 0, "same as -y")
+	fs.BoolVar(&p.WarmUp, "perform_warm_up", false, "write, read and atomic bw: before measuring, each QP posts TX depth WRs and waits for them (perftest's warm-up)")
 	fs.BoolVar(&p.UseSRQ, "use-srq", false, "SEND modes: the QPs share one receive queue of the RX depth (-r), each QP's buffers posted to it (perftest's --use-srq)")
 	addPerftestOnly(fs, &o.notImpl)
 	fs.IntVar(&o.sl, "S", 0, "service `LEVEL` of the QPs' address vector")
