@@ -78,6 +78,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&p.GIDIndex, "x", -1, "source GID `INDEX` (default: the first IPv4 GID)")
 	fs.IntVar(&o.port, "p", bench.DefaultPort, "TCP `PORT` of the perftest exchange")
 	fs.Bool("F", false, "accepted for perftest compatibility (no CPU frequency check here)")
+	fs.Bool("mr_per_qp", false, "accepted for perftest compatibility: goroce bench always registers one MR per QP (perftest's --mr_per_qp layout)")
 	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/sec instead of MB/sec")
 	fs.BoolVar(&p.Duplex, "b", false, "bidirectional: both sides send at once, each reports the sum (bandwidth modes; both sides need -b)")
 	fs.BoolVar(&p.Duplex, "bidirectional", false, "same as -b")

@@ -47,7 +47,6 @@ var perftestOnlyFlags = []struct {
 	{[]string{"reversed"}, true, "server-to-client traffic"},
 	{[]string{"report-both"}, true, "separate RX and TX results of -b"},
 	{[]string{"report-per-port"}, true, "per-port results"},
-	{[]string{"mr_per_qp"}, true, "one MR per QP"},
 	{[]string{"odp"}, true, "on-demand paging"},
 	{[]string{"use_hugepages"}, true, "huge page buffers"},
 	{[]string{"use_old_post_send"}, true, "legacy post send"},
