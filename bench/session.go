@@ -397,14 +397,16 @@ func (s *Session) wantRecv(r *qpRes) bool {
 // QP, whose count it then advances, as perftest's wr_id does).
 func (s *Session) postRecv(r *qpRes, i int) error {
 	r.rwr.ID = uint64(i)<<32 | uint64(uint32(r.posted))
-	post := r.qp.PostRecv
-	if s.srq != nil {
-		post = s.srq.PostRecv
+	if s.srq == nil {
+		if err := r.qp.PostRecv(&r.rwr); err != nil {
+			return err
+		}
+	} else {
+		if err := s.srq.PostRecv(&r.rwr); err != nil {
+			return err
+		}
+		s.srqPosted++
 	}
-	if err := post(&r.rwr); err != nil {
-		return err
-	}
-	s.srqPosted++
 	r.posted++
 	return nil
 }
