@@ -98,7 +98,12 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 				q.rnrLeft--
 			}
 			// Wait the time the responder asked for, then go back to the
-			// NAKed PSN (Tick).
+			// NAKed PSN (Tick). Everything sent after that PSN is lost
+			// too: the responder drops what follows a request it could
+			// not take. So an RNR NAK halves the window like a loss does,
+			// or a receiver short of receives (rxe's behind an SRQ, for
+			// one) costs a whole window of resent packets each time.
+			q.shrinkWindow()
 			q.rnrWait = true
 			q.rnrAt = now + Time(syn.RNRTimer().Duration())
 			q.timerArmed = false
@@ -237,12 +242,17 @@ func (q *QP) nakRetry() {
 		q.retryLeft--
 	}
 	q.retryPending = true
-	q.shrinkWindow()
+	if !q.rnrWait {
+		// During an RNR wait the sequence NAK is the responder's answer
+		// to what followed the RNR-NAKed request: the same event, and
+		// the RNR NAK has already halved the window.
+		q.shrinkWindow()
+	}
 	q.goBack()
 }
 
-// shrinkWindow halves the unacknowledged-PSN window after a loss
-// (MinUnackedPSNs).
+// shrinkWindow halves the unacknowledged-PSN window after a loss or an RNR
+// NAK (not below MinUnackedPSNs).
 func (q *QP) shrinkWindow() {
 	q.window = max(MinUnackedPSNs, q.window/2)
 }

@@ -16,7 +16,8 @@ const (
 	// 128 (RXE_MAX_UNACKED_PSNS), which makes a single QP ACK-clocked: at
 	// IB MTU 1024 only 128 KiB are in flight. goroce starts at the largest
 	// window and halves it (not below rxe's 128) on every go-back-N caused
-	// by loss (a sequence NAK or a local ACK timeout), growing it again by
+	// by loss (a sequence NAK or a local ACK timeout) or by an RNR NAK
+	// (which drops what was sent after it as surely), growing it again by
 	// one per acknowledgment that makes progress: on a clean path a long
 	// transfer is not held back by the round trip of its ACKs, while on a
 	// lossy one the window falls back to rxe's, so that a loss does not

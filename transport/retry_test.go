@@ -463,3 +463,68 @@ func TestReadWindowGrowsPerRead(t *testing.T) {
 		t.Fatal("READ data differs")
 	}
 }
+
+// An RNR NAK halves the window like a loss: the responder drops every
+// packet sent after the request it had no receive for, so a receiver that
+// keeps running short of receives (rxe's behind an SRQ in the interop case
+// send_bw_srq) would otherwise cost a whole window of resent packets each
+// time. The halving stops at MinUnackedPSNs, and once the receive is posted
+// the message arrives whole and once.
+func TestRNRNAKShrinksWindow(t *testing.T) {
+	const mtu = bth.MTU4096
+	maxWin := uint32(transport.MaxUnackedBytes / mtu.Bytes())
+	p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.RNRRetry = 7; c.MinRNRTimer = 1 }})
+	A, B := p.a.QP, p.b.QP
+	size := int(maxWin+64) * mtu.Bytes()
+	src := p.mem.Register(1, size, allAccess)
+	dst := p.mem.Register(2, size, allAccess)
+	fill(src.Buf, 11)
+	if err := A.PostSend(0, sendWR(1, src, size, true)); err != nil {
+		t.Fatal(err)
+	}
+	var now transport.Time
+	sent := 0
+	for want := maxWin; ; want /= 2 {
+		want = max(want, transport.MinUnackedPSNs)
+		if got := A.Window(); got != want {
+			t.Fatalf("after %d RNR NAKs: window %d, want %d", A.Stats().RNRNAKsReceived, got, want)
+		}
+		burst := xmit(A, now)
+		if len(burst) != int(want)+1 {
+			t.Fatalf("window %d: burst of %d packets, want %d", want, len(burst), want+1)
+		}
+		sent += len(burst)
+		// B has no receive: it answers the SEND FIRST with an RNR NAK
+		// and takes nothing after it (the next packet draws a sequence
+		// NAK, as rxe's responder sends; that is the same event and
+		// must not halve the window again).
+		deliver(B, now, burst...)
+		resp := xmit(B, now)
+		if len(resp) == 0 || bth.AETH(resp[0][bth.HeaderLen:]).Syndrome().Type() != bth.AckTypeRNRNAK {
+			t.Fatalf("responder answered %s, want an RNR NAK first", describe(resp))
+		}
+		deliver(A, now, resp...)
+		if want == transport.MinUnackedPSNs {
+			break
+		}
+		now = A.Deadline() // the RNR wait
+		A.Tick(now)
+	}
+	if got := A.Window(); got != transport.MinUnackedPSNs {
+		t.Fatalf("window %d at the floor, want %d", got, transport.MinUnackedPSNs)
+	}
+	// With a fixed window every one of those bursts would have been
+	// maxWin+1 packets.
+	if fixed := int(A.Stats().RNRNAKsReceived) * int(maxWin+1); sent*2 > fixed {
+		t.Fatalf("%d packets sent in %d RNR rounds, want under half of a fixed window's %d", sent, A.Stats().RNRNAKsReceived, fixed)
+	}
+	if !p.b.RQ.Post(7, dst.SGE(0, size)) {
+		t.Fatal("post receive")
+	}
+	p.run(1, 1)
+	wantStatuses(t, "A", p.a.SendCQ.Take(nil), transport.StatusSuccess)
+	wantStatuses(t, "B", p.b.RecvCQ.Take(nil), transport.StatusSuccess)
+	if !bytes.Equal(dst.Buf, src.Buf) {
+		t.Fatal("data differs after the RNR NAKs")
+	}
+}
