@@ -241,6 +241,16 @@ type Params struct {
 	// bandwidth): before each size's measured run, every QP posts TxDepth
 	// WRs of it, all signaled, and waits for them (perform_warm_up).
 	WarmUp bool
+	// RateLimit is perftest's SW rate limiter (--rate_limit with
+	// --rate_limit_type=SW; write, read and send bandwidth, not
+	// bidirectional SEND): the sender posts BurstSize WRs, over all its
+	// QPs, per the time they take at RateLimit RateUnits (default Gb/s).
+	// 0: off.
+	RateLimit float64
+	RateUnits RateUnit
+	// BurstSize is perftest's --burst_size: WRs per burst of the rate
+	// limiter; 0 is the TX depth, as perftest sets it.
+	BurstSize int
 
 	// sizeGiven records an explicit -s (Size set before Normalize): a UD
 	// run then refuses a size above the MTU rather than shrinking it.
@@ -423,6 +433,9 @@ func (p *Params) Normalize() error {
 		// force_dependecies, word for word.
 		return fmt.Errorf("%w: Perform warm up is available in ATOMIC, READ and WRITE BW tests only", ErrParams)
 	}
+	if err := p.rateLimit(); err != nil {
+		return err
+	}
 	switch {
 	case p.UseSRQ && !p.Mode.isSend():
 		// force_dependecies: "Using SRQ only avavilible in SEND tests."
@@ -430,6 +443,36 @@ func (p *Params) Normalize() error {
 	case p.UseSRQ && p.RxDepth < p.QPs:
 		// ctx_set_recv_wqes posts rx_depth / num_of_qps per QP: none.
 		return fmt.Errorf("%w: --use-srq: RX depth %d leaves no receive for each of %d QPs (-r must be at least -q)", ErrParams, p.RxDepth, p.QPs)
+	}
+	return nil
+}
+
+// rateLimit checks the SW rate limiter's flags as force_dependecies does
+// and makes the burst the TX depth by default.
+func (p *Params) rateLimit() error {
+	switch {
+	case p.RateLimit < 0:
+		return fmt.Errorf("%w: --rate_limit %v: Rate limit must be non-negative floating point number", ErrParams, p.RateLimit)
+	case p.BurstSize < 0:
+		return fmt.Errorf("%w: --burst_size %d: must be non-negative", ErrParams, p.BurstSize)
+	case p.RateLimit == 0 && p.BurstSize > 0:
+		return fmt.Errorf("%w: --burst_size: Can't enable burst mode when rate limiter is off", ErrParams)
+	case p.RateLimit == 0:
+		return nil
+	case !p.Mode.IsBW() || p.Mode.atomic() || (p.Mode.isSend() && p.Duplex):
+		return fmt.Errorf("%w: --rate_limit: SW rate limiter can't be executed on non-BW, ATOMIC or bidirectional SEND tests", ErrParams)
+	case p.Infinite:
+		return fmt.Errorf("%w: --rate_limit: run_infinitely does not support rate limit feature yet", ErrParams)
+	}
+	switch p.RateUnits {
+	case 0:
+		p.RateUnits = RateGbps
+	case RateGbps, RateMBps, RatePPS:
+	default:
+		return fmt.Errorf("%w: rate units %q: Invalid rate limit units. Please use M,g or p", ErrParams, rune(p.RateUnits))
+	}
+	if p.BurstSize == 0 {
+		p.BurstSize = p.TxDepth // force_dependecies
 	}
 	return nil
 }

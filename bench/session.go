@@ -607,6 +607,46 @@ func (s *Session) poll(ctx context.Context, cq *hca.CQ) ([]hca.WC, error) {
 	}
 }
 
+// spinBelow is how close to a deadline pollUntil stops blocking and spins:
+// a Go timer of an idle process fires about a millisecond late (epoll's
+// millisecond timeout), longer than a rate limiter's gap between bursts
+// of small messages.
+const spinBelow = 2 * time.Millisecond
+
+// pollUntil polls cq until completions arrive or the time at passes; then
+// it returns none and no error.
+func (s *Session) pollUntil(ctx context.Context, cq *hca.CQ, at time.Time) ([]hca.WC, error) {
+	for {
+		n, err := cq.Poll(s.wcs)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			if err := s.checkWCs(s.wcs[:n]); err != nil {
+				return nil, err
+			}
+			return s.wcs[:n], nil
+		}
+		left := time.Until(at)
+		if left <= 0 {
+			return nil, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("bench: waiting for completions: %w", err)
+		}
+		if left <= spinBelow || s.dev.BusyPolling() {
+			runtime.Gosched()
+			continue
+		}
+		wctx, cancel := context.WithDeadline(ctx, at.Add(-spinBelow))
+		err = cq.Wait(wctx)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("bench: waiting for completions: %w", err)
+		}
+	}
+}
+
 // checkWCs returns an error for the first completion in wcs that failed.
 func (s *Session) checkWCs(wcs []hca.WC) error {
 	for i := range wcs {
@@ -688,7 +728,9 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 	if p.Infinite {
 		pr.w = nil // the interval lines say it
 	}
+	rl := newRateLimiter(p, size)
 	for {
+		throttled := false // the rate limiter held a WR back
 		if posting {
 			var stop bool
 			if p.Infinite {
@@ -706,8 +748,15 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 					if stop && r.scnt%p.CQMod == 0 {
 						break
 					}
+					if rl != nil && !rl.allow(time.Now()) {
+						throttled = true
+						break
+					}
 					if err := s.postBW(r, i, pl); err != nil {
 						return BWResult{}, err
+					}
+					if rl != nil {
+						rl.posted(pl)
 					}
 				}
 			}
@@ -743,7 +792,15 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 		case recv && p.Duration > 0 && done >= total && !posting:
 			wctx, cancel = context.WithDeadline(ctx, start.Add(p.Duration+time.Second))
 		}
-		wcs, err := s.poll(wctx, s.scq)
+		var wcs []hca.WC
+		var err error
+		if throttled && cancel == nil {
+			// Poll until the next burst is due, no longer: with
+			// nothing outstanding no completion would end the wait.
+			wcs, err = s.pollUntil(ctx, s.scq, rl.next)
+		} else {
+			wcs, err = s.poll(wctx, s.scq)
+		}
 		if cancel != nil {
 			cancel()
 			if err != nil && ctx.Err() == nil && wctx.Err() != nil {

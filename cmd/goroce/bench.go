@@ -44,6 +44,8 @@ type benchOpts struct {
 	limitMR  float64
 	pkeyIdx  int
 	notImpl  string // a perftest flag goroce bench does not implement, if given
+	rateUnit string
+	rateType string
 	plot     string
 	ceiling  bool
 	mtu      int
@@ -113,6 +115,10 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.Float64Var(&o.limitMR, "y", 0, "bandwidth modes: fail (exit 1) unless a result's message rate reaches `LIMIT` Mpps")
 	fs.Float64Var(&o.limitMR, "limit_msgrate", 0, "same as -y")
 	fs.BoolVar(&p.WarmUp, "perform_warm_up", false, "write, read and atomic bw: before measuring, each QP posts TX depth WRs and waits for them (perftest's warm-up)")
+	fs.Float64Var(&p.RateLimit, "rate_limit", 0, "write, read and send bw: post at most `RATE` (--rate_units; perftest's SW rate limiter)")
+	fs.StringVar(&o.rateUnit, "rate_units", "g", "`UNIT` of --rate_limit: M (MB/sec), g (Gb/sec) or p (messages/sec)")
+	fs.StringVar(&o.rateType, "rate_limit_type", "", "`TYPE` of rate limiter: SW (goroce QPs have no HW or PP rate limit; --rate_limit alone falls back to SW, as perftest does)")
+	fs.IntVar(&p.BurstSize, "burst_size", 0, "rate limiter: `WRS` posted per burst (default: the TX depth)")
 	fs.BoolVar(&p.UseSRQ, "use-srq", false, "SEND modes: the QPs share one receive queue of the RX depth (-r), each QP's buffers posted to it (perftest's --use-srq)")
 	addPerftestOnly(fs, &o.notImpl)
 	fs.IntVar(&o.sl, "S", 0, "service `LEVEL` of the QPs' address vector")
@@ -289,9 +295,20 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, " CPU Utilization works only with Duration mode.")
 		}
 	}
+	rateNotice, err := o.rateLimiter()
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	burstDefault := o.p.BurstSize == 0
 	notices := o.p.Notices()
 	if err := o.p.Normalize(); err != nil {
 		return usageErr("%v", err)
+	}
+	if rateNotice != "" {
+		fmt.Fprintln(stderr, rateNotice)
+	}
+	if o.p.RateLimit > 0 && o.rateType == "SW" && burstDefault {
+		fmt.Fprintf(stderr, " Setting burst size to tx depth = %d\n", o.p.BurstSize) // force_dependecies
 	}
 	if !o.json && !o.csv {
 		for _, n := range notices { // force_dependecies prints them first
@@ -681,4 +698,31 @@ func (b optBool) or(def bool) bool {
 		return b.v
 	}
 	return def
+}
+
+// rateLimiter applies --rate_units and --rate_limit_type to o.p. goroce's
+// QPs have no static rate (HW) and no packet pacing (PP), so only perftest's
+// SW limiter runs; --rate_limit without a type falls back to it as perftest
+// does when the QP refuses the HW rate, and the returned notice says so.
+func (o *benchOpts) rateLimiter() (notice string, err error) {
+	if o.p.RateUnits, err = bench.ParseRateUnit(o.rateUnit); err != nil {
+		return "", err
+	}
+	switch o.rateType {
+	case "":
+		if o.p.RateLimit > 0 {
+			return " The QP failed to accept HW rate limit, providing SW rate limit", nil
+		}
+	case "SW":
+		if o.p.RateLimit == 0 {
+			return "", fmt.Errorf("--rate_limit_type=SW: no --rate_limit given")
+		}
+	case "HW":
+		return "", fmt.Errorf("--rate_limit_type=HW: goroce QPs have no HW rate limit (static rate); use --rate_limit_type=SW")
+	case "PP":
+		return "", fmt.Errorf("--rate_limit_type=PP: Packet Pacing is only supported for Raw Ethernet")
+	default:
+		return "", fmt.Errorf("--rate_limit_type=%s: Invalid rate limit type flag. Please use HW, SW or PP", o.rateType)
+	}
+	return "", nil
 }

@@ -63,7 +63,15 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "write_bw", "-H"},
 		{"bench", "write_bw", "-R"},
 		{"bench", "send_bw", "--rdma_cm", "--loopback"},
-		{"bench", "write_bw", "--rate_limit=5"},
+		{"bench", "write_bw", "--rate_limit=5", "--rate_limit_type=HW"},
+		{"bench", "write_bw", "--rate_limit=5", "--rate_limit_type=PP"},
+		{"bench", "write_bw", "--rate_limit=5", "--rate_limit_type=sw"},
+		{"bench", "write_bw", "--rate_limit_type=SW"},
+		{"bench", "write_bw", "--burst_size", "4"},
+		{"bench", "write_bw", "--rate_limit=5", "--rate_units", "G"},
+		{"bench", "send_lat", "--rate_limit=5"},
+		{"bench", "atomic_bw", "--rate_limit=5"},
+		{"bench", "send_bw", "-b", "--rate_limit=5"},
 		{"bench", "write_bw", "--pkey_index", "1"},
 		{"bench", "send_lat", "-w", "10"},
 		{"bench", "write_bw", "-y", "-1"},
@@ -269,7 +277,7 @@ func TestBenchLatencySamples(t *testing.T) {
 // A perftest flag goroce bench does not implement is named as such, not
 // reported as an unknown flag.
 func TestBenchPerftestOnlyFlags(t *testing.T) {
-	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"--rate_limit", "3"}, {"--reversed"}, {"-M", "ff0e::1"}} {
+	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"--typical_pkt_size", "64"}, {"--reversed"}, {"-M", "ff0e::1"}} {
 		st, out, errOut := runCLI(append([]string{"bench", "send_bw", "--loopback"}, args...)...)
 		if st != exitUsage || !strings.Contains(errOut, "is not implemented by goroce bench") || strings.Contains(errOut, "not defined") {
 			t.Errorf("%v: status %d\n%s%s", args, st, out, errOut)
@@ -456,6 +464,32 @@ func TestBenchOneP(t *testing.T) {
 	} {
 		if got := oneP(c.busy, c.mode, c.qps, c.env); got != c.want {
 			t.Errorf("oneP(%v, %v, %d, %q) = %v, want %v", c.busy, c.mode, c.qps, c.env, got, c.want)
+		}
+	}
+}
+
+// --rate_limit: without a type goroce says, as perftest does on a device
+// without a HW rate limit, that it falls back to the SW limiter; with
+// --rate_limit_type=SW and no --burst_size the burst is the TX depth.
+func TestBenchRateLimit(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		notice string
+	}{
+		{[]string{"--rate_limit=0.5"}, "The QP failed to accept HW rate limit, providing SW rate limit"},
+		{[]string{"--rate_limit=100", "--rate_units=M", "--rate_limit_type=SW", "-t", "16"}, " Setting burst size to tx depth = 16\n"},
+		{[]string{"--rate_limit=4000", "--rate_units=p", "--rate_limit_type=SW", "--burst_size=4"}, ""},
+	} {
+		var st int
+		var out, errOut string
+		inNetNS(t, func() {
+			st, out, errOut = runCLI(append([]string{"bench", "write_bw", "--loopback", "-n", "64", "-s", "4096"}, tc.args...)...)
+		})
+		if st != exitOK || !regexp.MustCompile(`(?m)^ 4096       64 `).MatchString(out) || !strings.Contains(errOut, tc.notice) {
+			t.Errorf("%v: status %d\n%s%s", tc.args, st, out, errOut)
+		}
+		if tc.notice == "" && strings.Contains(errOut, "rate limit") {
+			t.Errorf("%v: an explicit SW limiter with a burst size needs no notice:\n%s", tc.args, errOut)
 		}
 	}
 }

@@ -59,10 +59,6 @@ var perftestOnlyFlags = []struct {
 	{[]string{"latency_gap"}, false, "delay between latency posts"},
 	{[]string{"retry_count"}, false, "RDMA-CM retry count"},
 	{[]string{"wait_destroy"}, false, "delayed teardown"},
-	{[]string{"rate_limit"}, false, "rate limiter"},
-	{[]string{"rate_units"}, false, "rate limiter"},
-	{[]string{"rate_limit_type"}, false, "rate limiter"},
-	{[]string{"burst_size"}, false, "rate limiter"},
 	{[]string{"typical_pkt_size"}, false, "rate limiter"},
 }
 
