@@ -293,6 +293,8 @@ var Matrix = []Case{
 		note("4 QPs, TX depth 32, RX depth 64")),
 	pt("send_bw_srq", "ib_send_bw", "send_bw", "--use-srq -q 4 -s 16384 -n 200", sendFML,
 		note("--use-srq: the receiving side's 4 QPs share one SRQ (local to each side: the wire is plain RC SEND)")),
+	pt("write_bw_rate_limit", "ib_write_bw", "write_bw", "--rate_limit=0.05 --rate_limit_type=SW --burst_size=8 -s 16384 -n 400", writeFML,
+		note("perftest's SW rate limiter on the sending side: bursts of 8 WRs at 0.05 Gb/s (5.96 MB/sec)")),
 	pt("read_bw_q8", "ib_read_bw", "read_bw", "-q 8 -s 16384 -n 100 -o 2", readFML,
 		note("8 QPs of READs, two outstanding each: every QP's responses at once (with perftest's default -o, rxe's responder in the TCG guest drops most of them: 1.3-1.9 MB/s, rxe against rxe too)")),
 	pt("send_bw_all", "ib_send_bw", "send_bw", "-a -q 2 -n 5", sendFML,
