@@ -241,6 +241,11 @@ type Params struct {
 	// bandwidth): before each size's measured run, every QP posts TxDepth
 	// WRs of it, all signaled, and waits for them (perform_warm_up).
 	WarmUp bool
+	// Reversed is perftest's --reversed (bandwidth modes): the side that
+	// waits for the TCP connection runs the test and the side that dials
+	// is the passive one, as perftest swaps its machine role after
+	// parsing (the "fan-in addition"). Both sides must be given it.
+	Reversed bool
 	// RateLimit is perftest's SW rate limiter (--rate_limit with
 	// --rate_limit_type=SW; write, read and send bandwidth, not
 	// bidirectional SEND): the sender posts BurstSize WRs, over all its
@@ -432,6 +437,12 @@ func (p *Params) Normalize() error {
 	if p.WarmUp && p.Mode != ModeWriteBW && p.Mode != ModeReadBW && p.Mode != ModeAtomicBW {
 		// force_dependecies, word for word.
 		return fmt.Errorf("%w: Perform warm up is available in ATOMIC, READ and WRITE BW tests only", ErrParams)
+	}
+	switch {
+	case p.Reversed && !p.Mode.IsBW():
+		return fmt.Errorf("%w: --reversed: the bandwidth tests only", ErrParams)
+	case p.Reversed && p.Infinite:
+		return fmt.Errorf("%w: --reversed with --run_infinitely: goroce ends an infinite run from the side that dials", ErrParams)
 	}
 	if err := p.rateLimit(); err != nil {
 		return err

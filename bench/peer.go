@@ -67,8 +67,9 @@ type Hooks struct {
 const closingWait = 5 * time.Second
 
 // RunPeer runs the test of p against a peer (goroce bench or the real
-// perftest tool) over conn, perftest's TCP exchange: the client role is the
-// side that dialed. dev is the HCA to use. Cancel ctx (or set deadlines on
+// perftest tool) over conn, perftest's TCP exchange: client is the side
+// that dialed, which runs the test unless p.Reversed makes it the passive
+// side. dev is the HCA to use. Cancel ctx (or set deadlines on
 // conn) to bound the run.
 func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bool, p Params, h Hooks) (*Report, error) {
 	if err := p.Normalize(); err != nil {
@@ -78,6 +79,11 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	if client {
 		role = exchange.Client
 	}
+	// The TCP exchange keeps the roles of who dialed (perftest's
+	// servername); the test's roles (perftest's machine: who sends, who
+	// prints what) are swapped by --reversed. From here on client is
+	// the test's role.
+	client = client != p.Reversed
 	// The server of an infinite send_bw learns that the run ended when
 	// the client's closing exchange arrives (or the connection closes):
 	// watch.Peek waits for it while the receives are polled.

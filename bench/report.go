@@ -313,8 +313,11 @@ func PrintFooter(w io.Writer, r *Report) {
 
 // JSONReport is the --json document.
 type JSONReport struct {
-	Mode     string `json:"mode"`
-	Role     string `json:"role"`
+	Mode string `json:"mode"`
+	Role string `json:"role"`
+	// Reversed: perftest's --reversed swapped the roles; Role is the
+	// test's (the client is the side that sends, whoever dialed).
+	Reversed bool   `json:"reversed,omitempty"`
 	Conn     string `json:"connection"` // RC, UC or UD
 	Device   string `json:"device"`
 	Atomic   string `json:"atomic,omitempty"`
@@ -369,6 +372,7 @@ func ToJSON(r *Report) JSONReport {
 	if r.Client {
 		j.Role = "client"
 	}
+	j.Reversed = p.Reversed
 	if p.Mode.atomic() {
 		j.Atomic = p.Atomic.String()
 	}

@@ -115,6 +115,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.Float64Var(&o.limitMR, "y", 0, "bandwidth modes: fail (exit 1) unless a result's message rate reaches `LIMIT` Mpps")
 	fs.Float64Var(&o.limitMR, "limit_msgrate", 0, "same as -y")
 	fs.BoolVar(&p.WarmUp, "perform_warm_up", false, "write, read and atomic bw: before measuring, each QP posts TX depth WRs and waits for them (perftest's warm-up)")
+	fs.BoolVar(&p.Reversed, "reversed", false, "bandwidth modes: the server (no HOST) runs the test and the client is passive (perftest's --reversed; give it to both sides)")
 	fs.Float64Var(&p.RateLimit, "rate_limit", 0, "write, read and send bw: post at most `RATE` (--rate_units; perftest's SW rate limiter)")
 	fs.StringVar(&o.rateUnit, "rate_units", "g", "`UNIT` of --rate_limit: M (MB/sec), g (Gb/sec) or p (messages/sec)")
 	fs.StringVar(&o.rateType, "rate_limit_type", "", "`TYPE` of rate limiter: SW (goroce QPs have no HW or PP rate limit; --rate_limit alone falls back to SW, as perftest does)")
@@ -605,7 +606,7 @@ func benchPeer(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer
 		if err != nil {
 			return nil, fmt.Errorf("listening on TCP port %s: %w", port, err)
 		}
-		if out.text() {
+		if out.text() && !o.p.Reversed {
 			bench.PrintWaiting(out.w, o.p.Mode)
 		}
 		conn, err = ln.Accept()
@@ -621,6 +622,11 @@ func benchPeer(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer
 			}
 		}
 	} else {
+		if out.text() && o.p.Reversed {
+			// perftest prints its banner by test role, which --reversed
+			// swaps: the side that dials prints it (interop logs).
+			bench.PrintWaiting(out.w, o.p.Mode)
+		}
 		var err error
 		if conn, err = dialRetry(net.JoinHostPort(o.host, port), 3*time.Second); err != nil {
 			return nil, fmt.Errorf("connecting to %s: %w", net.JoinHostPort(o.host, port), err)

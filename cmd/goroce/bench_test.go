@@ -277,7 +277,7 @@ func TestBenchLatencySamples(t *testing.T) {
 // A perftest flag goroce bench does not implement is named as such, not
 // reported as an unknown flag.
 func TestBenchPerftestOnlyFlags(t *testing.T) {
-	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"--typical_pkt_size", "64"}, {"--reversed"}, {"-M", "ff0e::1"}} {
+	for _, args := range [][]string{{"-R"}, {"--rdma_cm"}, {"--typical_pkt_size", "64"}, {"--report-per-port"}, {"-M", "ff0e::1"}} {
 		st, out, errOut := runCLI(append([]string{"bench", "send_bw", "--loopback"}, args...)...)
 		if st != exitUsage || !strings.Contains(errOut, "is not implemented by goroce bench") || strings.Contains(errOut, "not defined") {
 			t.Errorf("%v: status %d\n%s%s", args, st, out, errOut)
