@@ -241,6 +241,10 @@ type Params struct {
 	// bandwidth): before each size's measured run, every QP posts TxDepth
 	// WRs of it, all signaled, and waits for them (perform_warm_up).
 	WarmUp bool
+	// ReportBoth is perftest's --report-both: a -b run of one size (not
+	// -a) prints, after the sum of both directions, each direction's
+	// result (Report.Sides). Without -b it does nothing, as in perftest.
+	ReportBoth bool
 	// Reversed is perftest's --reversed (bandwidth modes): the side that
 	// waits for the TCP connection runs the test and the side that dials
 	// is the passive one, as perftest swaps its machine role after

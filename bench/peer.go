@@ -31,6 +31,10 @@ type Report struct {
 	// write/read/atomic bw they come from the client's report
 	// (xchg_bw_reports), as perftest's server prints them.
 	Results []Result
+	// Sides are the two directions of a -b run whose reports were
+	// exchanged (one size): this side's and the peer's, which Results
+	// holds summed. perftest's --report-both prints them.
+	Sides *DuplexSides
 	// Ceiling is the raw path ceiling of the same run (--ceiling): plain
 	// UDP datagrams of the path-MTU packet size between the same addresses
 	// with the link's socket options, batching and GSO. CeilingRatio is
@@ -43,6 +47,9 @@ type Report struct {
 	LinkCeiling      *Ceiling
 	LinkCeilingRatio float64
 }
+
+// DuplexSides are the two directions of a bidirectional run.
+type DuplexSides struct{ Local, Remote Result }
 
 // Hooks let a caller print as the run progresses, as perftest does: the
 // header once the QPs are connected, each size's line when it is done.
@@ -202,6 +209,10 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 		b.BytesPerSec += r.BW.BytesPerSec
 		b.PeakBytesPerSec += r.BW.PeakBytesPerSec
 		b.MsgPerSec += r.BW.MsgPerSec
+		if !p.All {
+			r.CPUUtil = my.CPUUtil
+			rep.Sides = &DuplexSides{Local: my, Remote: r}
+		}
 		add(Result{BW: b})
 	}
 	tool := p.Mode.Tool()

@@ -295,6 +295,21 @@ func PrintFooter(w io.Writer, r *Report) {
 	if passiveReadLat(r) {
 		return
 	}
+	if s := r.Sides; s != nil && r.Params.ReportBoth {
+		// write_bw.c, send_bw.c, read_bw.c: each side's own line under
+		// its own table head (the CPU utilization is this side's on both,
+		// as print_full_bw_report computes it from the local parameters).
+		for _, b := range []struct {
+			title string
+			res   Result
+		}{{"Local", s.Local}, {"Remote", s.Remote}} {
+			fmt.Fprintln(w, resultLine)
+			fmt.Fprintf(w, "\n %s results: \n", b.title)
+			fmt.Fprintln(w, resultLine)
+			printTableHead(w, &r.Params)
+			PrintResult(w, r, b.res)
+		}
+	}
 	fmt.Fprintln(w, resultLine)
 	if c := r.Ceiling; c != nil {
 		fmt.Fprintf(w, " Raw UDP path ceiling: %d-byte datagrams, %.0f/s delivered = %.2f MB/sec of %d-byte payloads\n",

@@ -299,6 +299,8 @@ var Matrix = []Case{
 		note("--reversed: the TCP server writes, the side that dialed is passive and prints the writer's report")),
 	pt("send_bw_reversed", "ib_send_bw", "send_bw", "--reversed -q 2 -s 16384 -n 300", sendFML,
 		note("--reversed with 2 QPs: the TCP server sends, the side that dialed receives")),
+	pt("send_bw_report_both", "ib_send_bw", "send_bw", "-b --report-both -s 4096 -n 300", sendFML,
+		note("--report-both: after the sum of -b, each side's own result and the peer's")),
 	pt("read_bw_q8", "ib_read_bw", "read_bw", "-q 8 -s 16384 -n 100 -o 2", readFML,
 		note("8 QPs of READs, two outstanding each: every QP's responses at once (with perftest's default -o, rxe's responder in the TCG guest drops most of them: 1.3-1.9 MB/s, rxe against rxe too)")),
 	pt("send_bw_all", "ib_send_bw", "send_bw", "-a -q 2 -n 5", sendFML,

@@ -493,3 +493,40 @@ func TestBenchRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// --report-both: a -b run prints the sum of both directions, then each
+// direction under its own head, as perftest does; the two add up to the
+// sum. Without -b the flag changes nothing.
+func TestBenchReportBoth(t *testing.T) {
+	var st int
+	var out, errOut string
+	inNetNS(t, func() {
+		st, out, errOut = runCLI("bench", "write_bw", "--loopback", "-b", "--report-both", "-n", "200", "-s", "16384")
+	})
+	line := regexp.MustCompile(`(?m)^ 16384      200 +([0-9.]+) +([0-9.]+)`)
+	m := line.FindAllStringSubmatch(out, -1)
+	if st != exitOK || len(m) != 3 {
+		t.Fatalf("status %d, %d result lines, want 3 (sum, local, remote)\n%s%s", st, len(m), out, errOut)
+	}
+	local := strings.Index(out, "\n Local results: \n"+bench.ResultLine+"\n #bytes")
+	remote := strings.Index(out, "\n Remote results: \n"+bench.ResultLine+"\n #bytes")
+	if local < 0 || remote < local || !strings.HasSuffix(out, bench.ResultLine+"\n") {
+		t.Fatalf("no Local then Remote block:\n%s", out)
+	}
+	avg := func(i int) float64 {
+		v, err := strconv.ParseFloat(m[i][2], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if d := avg(1) + avg(2) - avg(0); d < -0.02 || d > 0.02 {
+		t.Fatalf("local %.2f + remote %.2f MB/sec != the sum %.2f", avg(1), avg(2), avg(0))
+	}
+	inNetNS(t, func() {
+		st, out, errOut = runCLI("bench", "write_bw", "--loopback", "--report-both", "-n", "200", "-s", "16384")
+	})
+	if st != exitOK || strings.Contains(out, "Local results") || len(line.FindAllString(out, -1)) != 1 {
+		t.Fatalf("--report-both without -b: status %d\n%s%s", st, out, errOut)
+	}
+}

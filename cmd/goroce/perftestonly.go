@@ -44,7 +44,6 @@ var perftestOnlyFlags = []struct {
 	{[]string{"W", "report-counters"}, false, "device counters"},
 	{[]string{"L", "hop_limit"}, false, "hop limit"},
 	{[]string{"ipv6"}, true, "IPv6 GID selection; use -x with an IPv6 GID index"},
-	{[]string{"report-both"}, true, "separate RX and TX results of -b"},
 	{[]string{"report-per-port"}, true, "per-port results"},
 	{[]string{"odp"}, true, "on-demand paging"},
 	{[]string{"use_hugepages"}, true, "huge page buffers"},
