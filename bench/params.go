@@ -241,6 +241,9 @@ type Params struct {
 	// bandwidth): before each size's measured run, every QP posts TxDepth
 	// WRs of it, all signaled, and waits for them (perform_warm_up).
 	WarmUp bool
+	// IPv6 is perftest's --ipv6: without -x, the source GID is the
+	// device's first IPv6 GID (not IPv4-mapped), not its first IPv4 one.
+	IPv6 bool
 	// ReportBoth is perftest's --report-both: a -b run of one size (not
 	// -a) prints, after the sum of both directions, each direction's
 	// result (Report.Sides). Without -b it does nothing, as in perftest.

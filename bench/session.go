@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"runtime"
 	"time"
 
@@ -93,7 +94,7 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{p: p, client: client, dev: dev}
-	gi, err := pickGID(dev, p.GIDIndex)
+	gi, err := pickGID(dev, p.GIDIndex, p.IPv6)
 	if err != nil {
 		return nil, err
 	}
@@ -179,8 +180,10 @@ func NewSession(dev *hca.Device, p Params, client bool) (*Session, error) {
 	return s, nil
 }
 
-// pickGID returns idx when valid, else the first IPv4 (RoCEv2) GID, else 0.
-func pickGID(dev *hca.Device, idx int) (int, error) {
+// pickGID returns idx when valid, else the first IPv4 (RoCEv2) GID, else
+// the first GID. With ipv6 (perftest's --ipv6) and no idx it returns the
+// first IPv6 GID that is not link-local, else the first link-local one.
+func pickGID(dev *hca.Device, idx int, ipv6 bool) (int, error) {
 	gids := dev.GIDs()
 	if len(gids) == 0 {
 		return 0, errors.New("bench: device has no GID")
@@ -190,6 +193,25 @@ func pickGID(dev *hca.Device, idx int) (int, error) {
 			return 0, fmt.Errorf("%w: GID index %d: %w", ErrParams, idx, err)
 		}
 		return idx, nil
+	}
+	if ipv6 {
+		linkLocal := -1
+		for _, g := range gids {
+			a := netip.AddrFrom16(g.GID)
+			switch {
+			case a.Is4In6():
+			case a.IsLinkLocalUnicast():
+				if linkLocal < 0 {
+					linkLocal = g.Index
+				}
+			default:
+				return g.Index, nil
+			}
+		}
+		if linkLocal >= 0 {
+			return linkLocal, nil
+		}
+		return 0, fmt.Errorf("%w: --ipv6: %s has no IPv6 GID (give its link an IPv6 address)", ErrParams, dev.Name())
 	}
 	for _, g := range gids {
 		if g.GID[10] == 0xFF && g.GID[11] == 0xFF && [10]byte(g.GID[:10]) == [10]byte{} {

@@ -115,6 +115,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.Float64Var(&o.limitMR, "y", 0, "bandwidth modes: fail (exit 1) unless a result's message rate reaches `LIMIT` Mpps")
 	fs.Float64Var(&o.limitMR, "limit_msgrate", 0, "same as -y")
 	fs.BoolVar(&p.WarmUp, "perform_warm_up", false, "write, read and atomic bw: before measuring, each QP posts TX depth WRs and waits for them (perftest's warm-up)")
+	fs.BoolVar(&p.IPv6, "ipv6", false, "without -x: use the device's first IPv6 GID (perftest's --ipv6; default the first IPv4 one)")
 	fs.BoolVar(&p.ReportBoth, "report-both", false, "with -b: also print each direction's result (perftest's --report-both)")
 	fs.BoolVar(&p.Reversed, "reversed", false, "bandwidth modes: the server (no HOST) runs the test and the client is passive (perftest's --reversed; give it to both sides)")
 	fs.Float64Var(&p.RateLimit, "rate_limit", 0, "write, read and send bw: post at most `RATE` (--rate_units; perftest's SW rate limiter)")
