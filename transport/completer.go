@@ -32,6 +32,7 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 		return
 	}
 	progress, grow := false, true
+	start := q.compPSN // what this response acknowledges: compPSN's advance
 	for q.sqHead != q.sqTail && q.sqHead < q.hiIdx {
 		w := q.slot(q.sqHead)
 		if psn.Compare(w.lastPSN) <= 0 || w.errStatus != 0 {
@@ -41,7 +42,7 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 			// The responder answered something after this READ/ATOMIC,
 			// so its response was lost: implied NAK, retry.
 			if progress {
-				q.ackProgress(now, true)
+				q.ackProgress(now, true, q.compPSN.Sub(start))
 			}
 			q.stats.ImpliedNAKs++
 			q.nakRetry()
@@ -62,7 +63,7 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 	}
 	if q.sqHead == q.sqTail || q.sqHead >= q.hiIdx || psn.Less(q.compPSN) {
 		if progress {
-			q.ackProgress(now, true)
+			q.ackProgress(now, true, q.compPSN.Sub(start))
 		} else {
 			q.stats.RxDuplicateResponses++
 		}
@@ -182,7 +183,7 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 		q.stats.RxDropped++
 	}
 	if progress {
-		q.ackProgress(now, grow)
+		q.ackProgress(now, grow, q.compPSN.Sub(start))
 	}
 }
 
@@ -192,13 +193,26 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 // the peer has already acknowledged skips ahead. With grow, the window
 // grows by one (an acknowledgment: an ACK, or the last packet of a READ
 // response).
-func (q *QP) ackProgress(now Time, grow bool) {
+func (q *QP) ackProgress(now Time, grow bool, acked int32) {
 	if q.state != StateRTS && q.state != StateSQD {
 		return
 	}
 	q.resetRetry()
 	q.syncReq()
-	if grow && q.window < q.winMax {
+	switch {
+	case q.ssthresh == 0 || q.window < q.ssthresh:
+		// Slow start: one more PSN per PSN acknowledged, so the window
+		// doubles each round trip, up to the largest one (or to what the
+		// last loss left). Starting at rxe's 128 rather than the largest
+		// window keeps the first flight from overrunning a short queue on
+		// the path (a tap's 1000 packets) that a loss would then cost
+		// whole windows of resent packets to find.
+		limit := q.winMax
+		if q.ssthresh != 0 {
+			limit = min(limit, q.ssthresh)
+		}
+		q.window = min(q.window+uint32(max(acked, 0)), limit)
+	case grow && q.window < q.winMax:
 		q.window++
 	}
 	if q.compPSN != q.reqPSN && q.timeout > 0 {
@@ -255,4 +269,5 @@ func (q *QP) nakRetry() {
 // NAK (not below MinUnackedPSNs).
 func (q *QP) shrinkWindow() {
 	q.window = max(MinUnackedPSNs, q.window/2)
+	q.ssthresh = q.window
 }

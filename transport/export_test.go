@@ -53,6 +53,10 @@ func (q *QP) CheckRequester() error {
 // Window is the requester's current unacknowledged-PSN window.
 func (q *QP) Window() uint32 { return q.window }
 
-// SetWindow sets the requester's current window (the loss-driven state
-// SetWindowLimit does not touch), for tests of its growth.
-func (q *QP) SetWindow(n uint32) { q.window = n }
+// SetWindow sets the requester's current window as a loss leaves it (the
+// slow-start threshold at the window too: it grows by one per
+// acknowledgment from there), for tests of its growth.
+func (q *QP) SetWindow(n uint32) { q.window, q.ssthresh = n, n }
+
+// Outstanding is the number of PSNs sent and not yet acknowledged.
+func (q *QP) Outstanding() int { return int(q.reqPSN.Sub(q.compPSN)) }

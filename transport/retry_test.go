@@ -226,12 +226,44 @@ func TestLossyShortTimeout(t *testing.T) {
 	}
 }
 
+// growWindow runs clean round trips of A's posted data to B and back until
+// A's window is want: slow start adds one PSN per PSN acknowledged, so the
+// window grows every round and at most doubles (plus the one packet past
+// the window a burst may hold), and never passes want. It returns the
+// rounds taken.
+func growWindow(t *testing.T, A, B *transport.QP, now transport.Time, want uint32) int {
+	t.Helper()
+	for round := 1; round <= 16; round++ {
+		before := A.Window()
+		out := xmit(A, now)
+		if len(out) == 0 || len(out) > int(before)+1 {
+			t.Fatalf("slow start round %d: burst of %d packets at window %d", round, len(out), before)
+		}
+		deliver(B, now, out...)
+		deliver(A, now, xmit(B, now)...)
+		w := A.Window()
+		switch {
+		case w > want:
+			t.Fatalf("slow start round %d: window %d, past %d", round, w, want)
+		case w <= before:
+			t.Fatalf("slow start round %d: window %d did not grow from %d", round, w, before)
+		case w > 2*before+1:
+			t.Fatalf("slow start round %d: window %d more than doubled from %d", round, w, before)
+		case w == want:
+			return round
+		}
+	}
+	t.Fatalf("window %d not grown to %d in 16 round trips", A.Window(), want)
+	return 0
+}
+
 // The requester keeps at most its window of unacknowledged PSNs in flight:
 // MaxUnackedBytes of path-MTU packets (within MinUnackedPSNs and
-// MaxUnackedPSNs) on a clean path; each go-back-N caused by loss (local ACK
-// timeout, sequence NAK) halves the window, never below MinUnackedPSNs;
-// each acknowledgment that makes progress grows it by one. The data still
-// arrives whole and once.
+// MaxUnackedPSNs) on a clean path, reached by slow start from
+// MinUnackedPSNs (doubling per round trip); each go-back-N caused by loss
+// (local ACK timeout, sequence NAK) halves the window, never below
+// MinUnackedPSNs, and from there each acknowledgment that makes progress
+// grows it by one. The data still arrives whole and once.
 func TestUnackedWindow(t *testing.T) {
 	for _, tc := range []struct {
 		mtu    bth.MTU
@@ -246,6 +278,31 @@ func TestUnackedWindow(t *testing.T) {
 }
 
 func testUnackedWindow(t *testing.T, mtu bth.MTU, maxWin uint32) {
+	t.Run("slow start", func(t *testing.T) {
+		p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.Timeout = 10 }})
+		size := (2*int(maxWin) + 64) * mtu.Bytes()
+		src := p.mem.Register(1, size, allAccess)
+		dst := p.mem.Register(2, size, allAccess)
+		fill(src.Buf, 4)
+		A, B := p.a.QP, p.b.QP
+		if err := A.PostSend(0, &transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr, RKey: dst.RKey}); err != nil {
+			t.Fatal(err)
+		}
+		if w := A.Window(); w != transport.MinUnackedPSNs {
+			t.Fatalf("connected: window %d, want %d", w, transport.MinUnackedPSNs)
+		}
+		if r := growWindow(t, A, B, 0, maxWin); r > 8 {
+			t.Fatalf("slow start took %d round trips to reach %d", r, maxWin)
+		}
+		p.run(1, 0)
+		if !bytes.Equal(dst.Buf, src.Buf) {
+			t.Fatal("data differs")
+		}
+		if w := A.Window(); w != maxWin {
+			t.Fatalf("window %d after a clean transfer, want %d", w, maxWin)
+		}
+	})
 	p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.Timeout = 10 }})
 	pkts := int(maxWin) + 64
 	size := pkts * mtu.Bytes()
@@ -264,7 +321,7 @@ func testUnackedWindow(t *testing.T, mtu bth.MTU, maxWin uint32) {
 		}
 	}
 	var now transport.Time
-	window(maxWin, "connected")
+	A.SetWindow(maxWin) // as slow start leaves it (above)
 	burst := xmit(A, now)
 	if len(burst) != int(maxWin)+1 {
 		t.Fatalf("first burst: %d packets, want %d (the window, then one past it)", len(burst), maxWin+1)
@@ -352,10 +409,13 @@ func TestWindowLimit(t *testing.T) {
 			p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.Timeout = 10 }})
 			A, B := p.a.QP, p.b.QP
 			A.SetWindowLimit(tc.limit)
-			if got := A.Window(); got != tc.want {
-				t.Fatalf("window %d after SetWindowLimit(%d), want %d", got, tc.limit, tc.want)
+			if got := A.WindowMax(); got != tc.want {
+				t.Fatalf("largest window %d after SetWindowLimit(%d), want %d", got, tc.limit, tc.want)
 			}
-			size := int(maxWin+64) * mtu.Bytes()
+			if got := A.Window(); got != transport.MinUnackedPSNs {
+				t.Fatalf("window %d before slow start, want %d", got, transport.MinUnackedPSNs)
+			}
+			size := int(3*maxWin+64) * mtu.Bytes() // slow start's rounds, then a full window
 			src := p.mem.Register(1, size, allAccess)
 			dst := p.mem.Register(2, size, allAccess)
 			fill(src.Buf, 9)
@@ -364,9 +424,13 @@ func TestWindowLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			var now transport.Time
+			// Slow start stops at the cap.
+			if tc.want > transport.MinUnackedPSNs {
+				growWindow(t, A, B, now, tc.want)
+			}
 			burst := xmit(A, now)
-			if len(burst) != int(tc.want)+1 {
-				t.Fatalf("first burst: %d packets, want %d (the window, then one past it)", len(burst), tc.want+1)
+			if out := A.Outstanding(); out != int(tc.want)+1 {
+				t.Fatalf("%d PSNs outstanding at the cap, want %d (the window, then one past it)", out, tc.want+1)
 			}
 			// Lift the limit: progressing ACKs grow the window, never past
 			// one QP's maximum, and the data arrives whole.
@@ -403,8 +467,11 @@ func TestWindowLimit(t *testing.T) {
 	if err := p.a.QP.Modify(0, &mtuAttr, transport.AttrPathMTU); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.a.QP.Window(); got != 256 {
-		t.Fatalf("window %d after a reset and a new path MTU, want the limit's 256", got)
+	if got := p.a.QP.WindowMax(); got != 256 {
+		t.Fatalf("largest window %d after a reset and a new path MTU, want the limit's 256", got)
+	}
+	if got := p.a.QP.Window(); got != transport.MinUnackedPSNs {
+		t.Fatalf("window %d after a reset, want slow start's %d", got, transport.MinUnackedPSNs)
 	}
 }
 
@@ -482,6 +549,7 @@ func TestRNRNAKShrinksWindow(t *testing.T) {
 	if err := A.PostSend(0, sendWR(1, src, size, true)); err != nil {
 		t.Fatal(err)
 	}
+	A.SetWindow(maxWin) // as slow start leaves it on a clean path
 	var now transport.Time
 	sent := 0
 	for want := maxWin; ; want /= 2 {
