@@ -596,15 +596,8 @@ func (s *Session) opName() string {
 func (s *Session) poll(ctx context.Context, cq *hca.CQ) ([]hca.WC, error) {
 	busy := s.dev.BusyPolling()
 	for spins := 1; ; spins++ {
-		n, err := cq.Poll(s.wcs)
-		if err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			if err := s.checkWCs(s.wcs[:n]); err != nil {
-				return nil, err
-			}
-			return s.wcs[:n], nil
+		if wcs, err := s.pollOnce(cq); wcs != nil || err != nil {
+			return wcs, err
 		}
 		if busy {
 			// Spin as perftest does on ibv_poll_cq: each empty Poll
@@ -639,15 +632,8 @@ const spinBelow = 2 * time.Millisecond
 // it returns none and no error.
 func (s *Session) pollUntil(ctx context.Context, cq *hca.CQ, at time.Time) ([]hca.WC, error) {
 	for {
-		n, err := cq.Poll(s.wcs)
-		if err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			if err := s.checkWCs(s.wcs[:n]); err != nil {
-				return nil, err
-			}
-			return s.wcs[:n], nil
+		if wcs, err := s.pollOnce(cq); wcs != nil || err != nil {
+			return wcs, err
 		}
 		left := time.Until(at)
 		if left <= 0 {
@@ -661,12 +647,25 @@ func (s *Session) pollUntil(ctx context.Context, cq *hca.CQ, at time.Time) ([]hc
 			continue
 		}
 		wctx, cancel := context.WithDeadline(ctx, at.Add(-spinBelow))
-		err = cq.Wait(wctx)
+		err := cq.Wait(wctx)
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("bench: waiting for completions: %w", err)
 		}
 	}
+}
+
+// pollOnce polls cq once: the completions it holds, every status checked,
+// or none.
+func (s *Session) pollOnce(cq *hca.CQ) ([]hca.WC, error) {
+	n, err := cq.Poll(s.wcs)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	if err := s.checkWCs(s.wcs[:n]); err != nil {
+		return nil, err
+	}
+	return s.wcs[:n], nil
 }
 
 // checkWCs returns an error for the first completion in wcs that failed.

@@ -277,18 +277,27 @@ func TestUnackedWindow(t *testing.T) {
 	}
 }
 
+// postWrite connects an RC pair at path MTU mtu (local ACK timeout code
+// 10) and posts on A one signaled RDMA WRITE of pkts full packets from a
+// filled source to B's destination.
+func postWrite(t *testing.T, mtu bth.MTU, pkts int, seed uint64) (p *pair, src, dst *tt.MR) {
+	t.Helper()
+	p = newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.Timeout = 10 }})
+	size := pkts * mtu.Bytes()
+	src = p.mem.Register(1, size, allAccess)
+	dst = p.mem.Register(2, size, allAccess)
+	fill(src.Buf, seed)
+	if err := p.a.QP.PostSend(0, &transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr, RKey: dst.RKey}); err != nil {
+		t.Fatal(err)
+	}
+	return p, src, dst
+}
+
 func testUnackedWindow(t *testing.T, mtu bth.MTU, maxWin uint32) {
 	t.Run("slow start", func(t *testing.T) {
-		p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.Timeout = 10 }})
-		size := (2*int(maxWin) + 64) * mtu.Bytes()
-		src := p.mem.Register(1, size, allAccess)
-		dst := p.mem.Register(2, size, allAccess)
-		fill(src.Buf, 4)
+		p, src, dst := postWrite(t, mtu, 2*int(maxWin)+64, 4)
 		A, B := p.a.QP, p.b.QP
-		if err := A.PostSend(0, &transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []transport.SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr, RKey: dst.RKey}); err != nil {
-			t.Fatal(err)
-		}
 		if w := A.Window(); w != transport.MinUnackedPSNs {
 			t.Fatalf("connected: window %d, want %d", w, transport.MinUnackedPSNs)
 		}
@@ -303,17 +312,8 @@ func testUnackedWindow(t *testing.T, mtu bth.MTU, maxWin uint32) {
 			t.Fatalf("window %d after a clean transfer, want %d", w, maxWin)
 		}
 	})
-	p := newPair(t, pairOpt{typ: transport.RC, mtu: mtu, conn: func(c *tt.Conn) { c.Timeout = 10 }})
-	pkts := int(maxWin) + 64
-	size := pkts * mtu.Bytes()
-	src := p.mem.Register(1, size, allAccess)
-	dst := p.mem.Register(2, size, allAccess)
-	fill(src.Buf, 5)
+	p, src, dst := postWrite(t, mtu, int(maxWin)+64, 5)
 	A, B := p.a.QP, p.b.QP
-	if err := A.PostSend(0, &transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []transport.SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr, RKey: dst.RKey}); err != nil {
-		t.Fatal(err)
-	}
 	window := func(want uint32, when string) {
 		t.Helper()
 		if got := A.Window(); got != want {
