@@ -815,7 +815,7 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 		}
 		var wcs []hca.WC
 		var err error
-		if throttled && cancel == nil {
+		if throttled { // (posting: none of the deadlines above applies)
 			// Poll until the next burst is due, no longer: with
 			// nothing outstanding no completion would end the wait.
 			wcs, err = s.pollUntil(ctx, s.scq, rl.next)
