@@ -373,8 +373,14 @@ func opName(p Params) string {
 // RunLoopback runs the test with both sides in this process: a server on
 // devServer and a client on devClient, connected by perftest's TCP exchange
 // over a loopback TCP connection, exactly as two goroce bench processes
-// would. It returns the client's report and the server's.
+// would. It returns the client's report and the server's. h is the hooks
+// of the side that runs the test: the client's, or with p.Reversed the
+// server's (the side that dials is then the passive one).
 func RunLoopback(ctx context.Context, devClient, devServer *hca.Device, p Params, h Hooks) (client, server *Report, err error) {
+	hc, hs := h, Hooks{}
+	if p.Reversed {
+		hc, hs = hs, hc
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
@@ -397,7 +403,7 @@ func RunLoopback(ctx context.Context, devClient, devServer *hca.Device, p Params
 			return
 		}
 		defer c.Close()
-		r, err := RunPeer(ctx, devServer, c, false, p, Hooks{})
+		r, err := RunPeer(ctx, devServer, c, false, p, hs)
 		if err != nil {
 			srvFailed.Store(true)
 			cancel() // unblock the client
@@ -411,7 +417,7 @@ func RunLoopback(ctx context.Context, devClient, devServer *hca.Device, p Params
 		<-srv
 		return nil, nil, err
 	}
-	client, cerr := RunPeer(ctx, devClient, c, true, p, h)
+	client, cerr := RunPeer(ctx, devClient, c, true, p, hc)
 	if cerr != nil {
 		cancel()
 	}

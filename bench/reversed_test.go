@@ -24,9 +24,13 @@ func TestReversed(t *testing.T) {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			da, db := memPair(t) // da dials (client), db listens
 			p := Params{Mode: tc.mode, Size: size, Iters: iters, QPs: tc.qps, Reversed: true}
-			c, s, err := RunLoopback(testCtx(t), da, db, p, Hooks{})
+			var hooked *Report // RunLoopback hands the hooks to the side that runs the test
+			c, s, err := RunLoopback(testCtx(t), da, db, p, Hooks{Connected: func(r *Report) { hooked = r }})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if hooked != s {
+				t.Fatalf("the hooks went to the dialer's report, not to the listener's that runs the test")
 			}
 			if c.Client || !s.Client {
 				t.Fatalf("test roles: dialer Client=%v, listener Client=%v; want the listener to run the test", c.Client, s.Client)

@@ -545,7 +545,10 @@ func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Wr
 		return nil, err
 	}
 	defer cli.Close()
-	rep, _, err := bench.RunLoopback(context.Background(), cli.Dev, srv.Dev, o.p, out.hooks(stderr, stop))
+	rep, srep, err := bench.RunLoopback(context.Background(), cli.Dev, srv.Dev, o.p, out.hooks(stderr, stop))
+	if o.p.Reversed {
+		rep = srep // the side that ran the test (RunLoopback gave it the hooks)
+	}
 	if err != nil {
 		return rep, err
 	}
