@@ -1,0 +1,482 @@
+//go:build linux
+
+package xsk
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// ChunkSize is the UMEM chunk: one frame each.
+	ChunkSize = 4096
+	// headroom is what the kernel reserves before a received frame in a
+	// chunk (XDP_PACKET_HEADROOM) in copy mode.
+	headroom = 256
+	// MaxFrame is the longest frame a chunk holds.
+	MaxFrame = ChunkSize - headroom
+	// DefaultRxFrames and DefaultTxFrames size the UMEM when Config
+	// leaves them 0: 1024 received frames in flight (a 64 KiB message at
+	// IB MTU 1024 is 64) and 512 to send, 6 MiB the kernel pins.
+	DefaultRxFrames = 1024
+	DefaultTxFrames = 512
+	maxFrames       = 1 << 16
+
+	descSize = 16 // struct xdp_desc
+	addrSize = 8  // a fill or completion ring entry
+)
+
+// Config configures Open.
+type Config struct {
+	// Ifindex and Queue name the interface and its receive queue. Frames
+	// the interface receives on other queues pass to the stack.
+	Ifindex int
+	Queue   int
+	// MAC is the interface's address: frames to any other pass.
+	MAC net.HardwareAddr
+	// Native attaches the program in the driver's XDP mode rather than
+	// in generic (skb) mode.
+	Native bool
+	// RxFrames and TxFrames are the UMEM chunks for receiving and for
+	// sending, powers of two; 0 means DefaultRxFrames / DefaultTxFrames.
+	RxFrames, TxFrames int
+	// BindWait is how long Open retries a bind that fails with EBUSY:
+	// the kernel releases a closed socket's hold on the queue from a
+	// work item, a moment after close (default 3 s).
+	BindWait time.Duration
+}
+
+// Stats are the socket's counters.
+type Stats struct {
+	RxFrames    uint64 // delivered by Recv
+	RxTruncated uint64 // dropped by Recv: longer than the caller's buffer
+	TxFrames    uint64 // queued by Send
+	TxKicks     uint64 // sendto system calls
+	TxDropped   uint64 // Send gave up on (no chunk came back, or the device refused)
+	// From the kernel (XDP_STATISTICS): frames redirected to the socket
+	// but dropped because the RX ring was full or the fill ring empty,
+	// and descriptors it found invalid.
+	KernelRxDropped, KernelRxRingFull, KernelFillEmpty uint64
+	KernelRxInvalid, KernelTxInvalid                   uint64
+}
+
+// Socket is an AF_XDP socket with its UMEM, rings and steering program.
+type Socket struct {
+	fd, mapFD, progFD, linkFD int
+	umem                      []byte
+	rx, tx, fill, comp        ring
+	rxFrames, queue           int
+	txFree                    []uint64 // chunks free to send from
+	native                    bool
+
+	rxDelivered, rxTruncated     atomic.Uint64
+	txFrames, txKicks, txDropped atomic.Uint64
+}
+
+// ring is one mapped ring: the producer and consumer indexes the kernel
+// and we share, and the descriptors.
+type ring struct {
+	mem        []byte
+	prod, cons *uint32
+	flags      *uint32
+	desc       unsafe.Pointer
+	size       uint32
+}
+
+// ErrUnsupported wraps what a kernel without AF_XDP, eBPF or BPF links
+// for XDP answers (EINVAL, EAFNOSUPPORT, EOPNOTSUPP, ENOSYS).
+var ErrUnsupported = errors.New("the kernel has no AF_XDP sockets, XDP programs or XDP BPF links (Linux 5.9+ with CONFIG_XDP_SOCKETS)")
+
+// ErrNotPermitted wraps EPERM and EACCES from the bpf and socket calls:
+// not root, or a kernel that refuses eBPF even to root (lockdown, a
+// seccomp filter).
+var ErrNotPermitted = errors.New("loading an XDP program and opening an AF_XDP socket need root (CAP_NET_ADMIN, CAP_BPF or CAP_SYS_ADMIN, CAP_NET_RAW)")
+
+// classify wraps err in ErrUnsupported or ErrNotPermitted when it is one
+// of theirs.
+func classify(what string, err error) error {
+	switch {
+	case unsupported(err):
+		return fmt.Errorf("xsk: %s: %w (%w)", what, ErrUnsupported, err)
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+		return fmt.Errorf("xsk: %s: %w (%w)", what, ErrNotPermitted, err)
+	}
+	return fmt.Errorf("xsk: %s: %w", what, err)
+}
+
+func unsupported(err error) bool {
+	return errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL)
+}
+
+func bpf(cmd uintptr, attr []byte) (int, error) {
+	r, _, e := unix.Syscall(unix.SYS_BPF, cmd, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+// Open creates the socket, loads and attaches the program, and binds.
+func Open(cfg Config) (*Socket, error) {
+	if cfg.RxFrames == 0 {
+		cfg.RxFrames = DefaultRxFrames
+	}
+	if cfg.TxFrames == 0 {
+		cfg.TxFrames = DefaultTxFrames
+	}
+	if !isPow2(cfg.RxFrames) || !isPow2(cfg.TxFrames) || cfg.RxFrames+cfg.TxFrames > maxFrames {
+		return nil, fmt.Errorf("xsk: %d RX and %d TX frames: want powers of two, %d in all at most", cfg.RxFrames, cfg.TxFrames, maxFrames)
+	}
+	if cfg.BindWait == 0 {
+		cfg.BindWait = 3 * time.Second
+	}
+	s := &Socket{fd: -1, mapFD: -1, progFD: -1, linkFD: -1, rxFrames: cfg.RxFrames, queue: cfg.Queue, native: cfg.Native}
+	if err := s.open(cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Socket) open(cfg Config) error {
+	// The XSKMAP: one entry per queue up to ours.
+	mattr := make([]byte, 72)
+	binary.NativeEndian.PutUint32(mattr[0:], unix.BPF_MAP_TYPE_XSKMAP)
+	binary.NativeEndian.PutUint32(mattr[4:], 4)
+	binary.NativeEndian.PutUint32(mattr[8:], 4)
+	binary.NativeEndian.PutUint32(mattr[12:], uint32(cfg.Queue+1))
+	var err error
+	if s.mapFD, err = bpf(unix.BPF_MAP_CREATE, mattr); err != nil {
+		return classify("XSKMAP", err)
+	}
+	code, err := steerProgram(s.mapFD, cfg.MAC, MaxFrame)
+	if err != nil {
+		return err
+	}
+	license := []byte("Dual MIT/GPL\x00")
+	logBuf := make([]byte, 1<<16)
+	pattr := make([]byte, 128)
+	binary.NativeEndian.PutUint32(pattr[0:], unix.BPF_PROG_TYPE_XDP)
+	binary.NativeEndian.PutUint32(pattr[4:], uint32(len(code)))
+	binary.NativeEndian.PutUint64(pattr[8:], uint64(uintptr(unsafe.Pointer(&code[0]))))
+	binary.NativeEndian.PutUint64(pattr[16:], uint64(uintptr(unsafe.Pointer(&license[0]))))
+	binary.NativeEndian.PutUint32(pattr[24:], 1) // log level: the verifier says why it refuses
+	binary.NativeEndian.PutUint32(pattr[28:], uint32(len(logBuf)))
+	binary.NativeEndian.PutUint64(pattr[32:], uint64(uintptr(unsafe.Pointer(&logBuf[0]))))
+	copy(pattr[48:64], "goroce_roce")
+	binary.NativeEndian.PutUint32(pattr[68:], unix.BPF_XDP) // expected_attach_type
+	if s.progFD, err = bpf(unix.BPF_PROG_LOAD, pattr); err != nil {
+		n := 0
+		for n < len(logBuf) && logBuf[n] != 0 {
+			n++
+		}
+		return fmt.Errorf("%w (verifier: %q)", classify("loading the XDP program", err), string(logBuf[:n]))
+	}
+	if s.fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+		return classify("socket", err)
+	}
+	n := cfg.RxFrames + cfg.TxFrames
+	if s.umem, err = unix.Mmap(-1, 0, n*ChunkSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
+		return fmt.Errorf("xsk: UMEM of %d bytes: %w", n*ChunkSize, err)
+	}
+	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&s.umem[0]))), Len: uint64(len(s.umem)), Size: ChunkSize}
+	if _, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(s.fd), unix.SOL_XDP, unix.XDP_UMEM_REG,
+		uintptr(unsafe.Pointer(&reg)), unsafe.Sizeof(reg), 0); e != 0 {
+		return fmt.Errorf("xsk: registering the UMEM: %w", e)
+	}
+	sizes := []struct{ opt, n int }{
+		{unix.XDP_UMEM_FILL_RING, cfg.RxFrames}, {unix.XDP_RX_RING, cfg.RxFrames},
+		{unix.XDP_UMEM_COMPLETION_RING, cfg.TxFrames}, {unix.XDP_TX_RING, cfg.TxFrames},
+	}
+	for _, z := range sizes {
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, z.opt, z.n); err != nil {
+			return fmt.Errorf("xsk: ring size %d (option %d): %w", z.n, z.opt, err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	ol := uint32(unsafe.Sizeof(off))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(s.fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
+		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&ol)), 0); e != 0 {
+		return fmt.Errorf("xsk: ring offsets: %w", e)
+	}
+	maps := []struct {
+		r     *ring
+		o     unix.XDPRingOffset
+		pgoff int64
+		n     int
+		dsz   uint64
+		name  string
+	}{
+		{&s.rx, off.Rx, unix.XDP_PGOFF_RX_RING, cfg.RxFrames, descSize, "RX"},
+		{&s.tx, off.Tx, unix.XDP_PGOFF_TX_RING, cfg.TxFrames, descSize, "TX"},
+		{&s.fill, off.Fr, unix.XDP_UMEM_PGOFF_FILL_RING, cfg.RxFrames, addrSize, "fill"},
+		{&s.comp, off.Cr, unix.XDP_UMEM_PGOFF_COMPLETION_RING, cfg.TxFrames, addrSize, "completion"},
+	}
+	for _, m := range maps {
+		mem, err := unix.Mmap(s.fd, m.pgoff, int(m.o.Desc+uint64(m.n)*m.dsz), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+		if err != nil {
+			return fmt.Errorf("xsk: mapping the %s ring: %w", m.name, err)
+		}
+		r := m.r
+		r.mem, r.size = mem, uint32(m.n)
+		r.prod = (*uint32)(unsafe.Pointer(&mem[m.o.Producer]))
+		r.cons = (*uint32)(unsafe.Pointer(&mem[m.o.Consumer]))
+		r.flags = (*uint32)(unsafe.Pointer(&mem[m.o.Flags]))
+		r.desc = unsafe.Pointer(&mem[m.o.Desc])
+	}
+	// Every receive chunk to the fill ring; the rest are ours to send.
+	for i := range cfg.RxFrames {
+		*s.fill.addr(uint32(i)) = uint64(i) * ChunkSize
+	}
+	atomic.StoreUint32(s.fill.prod, uint32(cfg.RxFrames))
+	s.txFree = make([]uint64, 0, cfg.TxFrames)
+	for i := range cfg.TxFrames {
+		s.txFree = append(s.txFree, uint64(cfg.RxFrames+i)*ChunkSize)
+	}
+	sa := &unix.SockaddrXDP{Flags: unix.XDP_COPY, Ifindex: uint32(cfg.Ifindex), QueueID: uint32(cfg.Queue)}
+	for deadline := time.Now().Add(cfg.BindWait); ; {
+		err = unix.Bind(s.fd, sa)
+		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("xsk: binding to queue %d of interface %d: %w (another AF_XDP socket holds the queue)", cfg.Queue, cfg.Ifindex, err)
+		}
+		return fmt.Errorf("xsk: binding to queue %d of interface %d: %w", cfg.Queue, cfg.Ifindex, err)
+	}
+	uattr := make([]byte, 32)
+	key, val := uint32(cfg.Queue), uint32(s.fd)
+	binary.NativeEndian.PutUint32(uattr[0:], uint32(s.mapFD))
+	binary.NativeEndian.PutUint64(uattr[8:], uint64(uintptr(unsafe.Pointer(&key))))
+	binary.NativeEndian.PutUint64(uattr[16:], uint64(uintptr(unsafe.Pointer(&val))))
+	if _, err := bpf(unix.BPF_MAP_UPDATE_ELEM, uattr); err != nil {
+		return fmt.Errorf("xsk: XSKMAP entry: %w", err)
+	}
+	lattr := make([]byte, 64)
+	mode := uint32(unix.XDP_FLAGS_SKB_MODE)
+	if cfg.Native {
+		mode = unix.XDP_FLAGS_DRV_MODE
+	}
+	binary.NativeEndian.PutUint32(lattr[0:], uint32(s.progFD))
+	binary.NativeEndian.PutUint32(lattr[4:], uint32(cfg.Ifindex))
+	binary.NativeEndian.PutUint32(lattr[8:], unix.BPF_XDP)
+	binary.NativeEndian.PutUint32(lattr[12:], mode)
+	if s.linkFD, err = bpf(unix.BPF_LINK_CREATE, lattr); err != nil {
+		what := "generic"
+		if cfg.Native {
+			what = "native"
+		}
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("xsk: attaching the XDP program (%s mode) to interface %d: %w (the interface has an XDP program already)", what, cfg.Ifindex, err)
+		}
+		return classify(fmt.Sprintf("attaching the XDP program (%s mode) to interface %d", what, cfg.Ifindex), err)
+	}
+	return nil
+}
+
+func (r *ring) addr(i uint32) *uint64 {
+	return (*uint64)(unsafe.Add(r.desc, addrSize*uintptr(i&(r.size-1))))
+}
+
+func (r *ring) xdesc(i uint32) *unix.XDPDesc {
+	return (*unix.XDPDesc)(unsafe.Add(r.desc, descSize*uintptr(i&(r.size-1))))
+}
+
+// FD is the socket's descriptor: poll(2) reports POLLIN when the RX ring
+// holds a frame.
+func (s *Socket) FD() int { return s.fd }
+
+// Native reports whether the program runs in the driver's XDP mode.
+func (s *Socket) Native() bool { return s.native }
+
+// Ready reports whether the RX ring holds a frame (one atomic load).
+func (s *Socket) Ready() bool {
+	return atomic.LoadUint32(s.rx.prod) != atomic.LoadUint32(s.rx.cons)
+}
+
+// Recv copies up to len(bufs) received frames into bufs[i][off:], sets
+// sizes[i], and returns how many it delivered; it never waits. A frame
+// longer than its buffer is dropped and counted (RxTruncated).
+func (s *Socket) Recv(bufs [][]byte, sizes []int, off int) int {
+	cons := *s.rx.cons
+	prod := atomic.LoadUint32(s.rx.prod) // acquire: the descriptors and frames before it are written
+	if cons == prod {
+		return 0 // an empty poll is this load: no store, no barrier
+	}
+	fp := *s.fill.prod
+	n := 0
+	for ; cons != prod && n < len(bufs) && n < len(sizes); cons++ {
+		d := s.rx.xdesc(cons)
+		a, l := d.Addr, uint64(d.Len)
+		if a+l <= uint64(len(s.umem)) {
+			out := bufs[n][off:]
+			if int(l) <= len(out) {
+				sizes[n] = copy(out, s.umem[a:a+l])
+				n++
+			} else {
+				s.rxTruncated.Add(1)
+			}
+		}
+		*s.fill.addr(fp) = a &^ (ChunkSize - 1)
+		fp++
+	}
+	atomic.StoreUint32(s.rx.cons, cons) // release: done reading those chunks
+	atomic.StoreUint32(s.fill.prod, fp)
+	s.rxDelivered.Add(uint64(n))
+	return n
+}
+
+// reclaim takes the chunks the kernel has sent from the completion ring.
+func (s *Socket) reclaim() {
+	cc := *s.comp.cons
+	cp := atomic.LoadUint32(s.comp.prod)
+	for ; cc != cp; cc++ {
+		s.txFree = append(s.txFree, *s.comp.addr(cc))
+	}
+	atomic.StoreUint32(s.comp.cons, cc)
+}
+
+// ErrFrameTooLarge is returned (wrapped) by Send for a frame over
+// MaxFrame.
+var ErrFrameTooLarge = errors.New("xsk: frame longer than a UMEM chunk")
+
+// Send copies frames[i][off:] into TX chunks, queues them and kicks the
+// kernel until it has taken them all. It returns how many frames are past:
+// sent, or counted in TxDropped when the device refused them (ENOBUFS,
+// ENETDOWN) or no chunk came back for 100 ms (a device that never
+// completes). Frames over MaxFrame are refused before anything is sent.
+func (s *Socket) Send(frames [][]byte, off int) (int, error) {
+	for i, f := range frames {
+		if len(f)-off > MaxFrame {
+			return 0, fmt.Errorf("frame %d: %d bytes: %w", i, len(f)-off, ErrFrameTooLarge)
+		}
+	}
+	done := 0
+	var stall time.Time
+	for done < len(frames) {
+		s.reclaim()
+		tp := *s.tx.prod
+		k := 0
+		for done+k < len(frames) && len(s.txFree) > 0 {
+			a := s.txFree[len(s.txFree)-1]
+			s.txFree = s.txFree[:len(s.txFree)-1]
+			f := frames[done+k][off:]
+			copy(s.umem[a:a+ChunkSize], f)
+			d := s.tx.xdesc(tp)
+			d.Addr, d.Len, d.Options = a, uint32(len(f)), 0
+			tp++
+			k++
+		}
+		if k > 0 {
+			atomic.StoreUint32(s.tx.prod, tp) // release: descriptors and frames written
+			stall = time.Time{}
+		}
+		if err := s.kick(); err != nil {
+			// The device refused: what is queued is lost on the wire.
+			s.txDropped.Add(uint64(len(frames) - done))
+			return len(frames), nil
+		}
+		s.txFrames.Add(uint64(k))
+		done += k
+		if k == 0 {
+			// Every chunk is still the kernel's: wait for completions.
+			if stall.IsZero() {
+				stall = time.Now()
+			} else if time.Since(stall) > 100*time.Millisecond {
+				s.txDropped.Add(uint64(len(frames) - done))
+				return len(frames), nil
+			}
+		}
+	}
+	// In copy mode the kick has sent everything; reclaim so the next
+	// Send starts with every chunk free.
+	s.reclaim()
+	return done, nil
+}
+
+// kick asks the kernel to send what the TX ring holds; in copy mode it
+// sends at most a batch per call (EAGAIN: more to do), so it kicks until
+// the ring is empty.
+func (s *Socket) kick() error {
+	for try := 0; try < 1000; try++ {
+		s.txKicks.Add(1)
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+		case unix.EAGAIN, unix.EBUSY, unix.EINTR:
+			// More than a batch queued, or the device queue was busy:
+			// kick again once the kernel has made progress.
+		case unix.ENOBUFS, unix.ENETDOWN, unix.ENXIO:
+			return e
+		default:
+			return fmt.Errorf("xsk: sendto: %w", e)
+		}
+		if atomic.LoadUint32(s.tx.cons) == *s.tx.prod {
+			return nil
+		}
+	}
+	return nil // still busy: the next kick sends the rest
+}
+
+// Stats returns the counters, with the kernel's read at the call.
+func (s *Socket) Stats() Stats {
+	st := Stats{RxFrames: s.rxDelivered.Load(), RxTruncated: s.rxTruncated.Load(),
+		TxFrames: s.txFrames.Load(), TxKicks: s.txKicks.Load(), TxDropped: s.txDropped.Load()}
+	if s.fd >= 0 {
+		var ks unix.XDPStatistics
+		l := uint32(unsafe.Sizeof(ks))
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(s.fd), unix.SOL_XDP, unix.XDP_STATISTICS,
+			uintptr(unsafe.Pointer(&ks)), uintptr(unsafe.Pointer(&l)), 0); e == 0 {
+			st.KernelRxDropped, st.KernelRxRingFull, st.KernelFillEmpty = ks.Rx_dropped, ks.Rx_ring_full, ks.Rx_fill_ring_empty_descs
+			st.KernelRxInvalid, st.KernelTxInvalid = ks.Rx_invalid_descs, ks.Tx_invalid_descs
+		}
+	}
+	return st
+}
+
+// Close detaches the program and releases the socket, its rings and the
+// UMEM. No Recv or Send may be in progress.
+func (s *Socket) Close() error {
+	if s.linkFD >= 0 {
+		unix.Close(s.linkFD) // detaches the program: frames pass from now on
+		s.linkFD = -1
+	}
+	if s.mapFD >= 0 && s.fd >= 0 {
+		// Drop the map's reference to the socket now rather than when
+		// the map is freed after an RCU grace period.
+		dattr := make([]byte, 32)
+		key := uint32(s.queue)
+		binary.NativeEndian.PutUint32(dattr[0:], uint32(s.mapFD))
+		binary.NativeEndian.PutUint64(dattr[8:], uint64(uintptr(unsafe.Pointer(&key))))
+		_, _ = bpf(unix.BPF_MAP_DELETE_ELEM, dattr)
+	}
+	for _, fd := range []*int{&s.fd, &s.progFD, &s.mapFD} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+	for _, r := range []*ring{&s.rx, &s.tx, &s.fill, &s.comp} {
+		if r.mem != nil {
+			_ = unix.Munmap(r.mem)
+			r.mem = nil
+		}
+	}
+	if s.umem != nil {
+		_ = unix.Munmap(s.umem)
+		s.umem = nil
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+//go:build linux
+
+package xsk
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/netcfg"
+)
+
+// frame builds an Ethernet frame from src to dst: ethertype et, and for
+// IPv4/IPv6 a UDP datagram to port with payload bytes of pattern seed.
+func frame(src, dst net.HardwareAddr, et uint16, sa, da netip.Addr, port uint16, payload int, seed byte) []byte {
+	var f []byte
+	f = append(f, dst...)
+	f = append(f, src...)
+	f = binary.BigEndian.AppendUint16(f, et)
+	body := make([]byte, payload)
+	for i := range body {
+		body[i] = seed + byte(i*7)
+	}
+	udp := binary.BigEndian.AppendUint16(nil, 49152)
+	udp = binary.BigEndian.AppendUint16(udp, port)
+	udp = binary.BigEndian.AppendUint16(udp, uint16(8+payload))
+	udp = append(udp, 0, 0)
+	switch et {
+	case etherTypeIPv4:
+		ip := make([]byte, 20)
+		ip[0], ip[8], ip[9] = 0x45, 64, 17
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+8+payload))
+		binary.BigEndian.PutUint16(ip[6:], 0x4000)
+		s4, d4 := sa.As4(), da.As4()
+		copy(ip[12:], s4[:])
+		copy(ip[16:], d4[:])
+		var sum uint32
+		for i := 0; i < 20; i += 2 {
+			sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+		}
+		sum = sum>>16 + sum&0xffff
+		sum += sum >> 16
+		binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+		f = append(append(append(f, ip...), udp...), body...)
+	case etherTypeIPv6:
+		ip := make([]byte, 40)
+		ip[0], ip[6], ip[7] = 0x60, 17, 64
+		binary.BigEndian.PutUint16(ip[4:], uint16(8+payload))
+		s6, d6 := sa.As16(), da.As16()
+		copy(ip[8:], s6[:])
+		copy(ip[24:], d6[:])
+		f = append(append(append(f, ip...), udp...), body...)
+	default:
+		f = append(f, body...)
+	}
+	return f
+}
+
+type end struct {
+	s     *Socket
+	host  netcfg.Host
+	index int
+}
+
+func open(t *testing.T, h netcfg.Host, cfg Config) end {
+	t.Helper()
+	e := end{host: h}
+	h.Do(t, func() error {
+		ifc, err := net.InterfaceByName(h.Ifname)
+		if err != nil {
+			return err
+		}
+		e.index = ifc.Index
+		cfg.Ifindex, cfg.MAC = ifc.Index, ifc.HardwareAddr
+		e.s, err = Open(cfg)
+		if errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNotPermitted) {
+			t.Skipf("AF_XDP: %v", err)
+		}
+		return err
+	})
+	t.Cleanup(func() { e.s.Close() })
+	return e
+}
+
+// recvAll receives frames from s until it has n or the deadline passes.
+func recvAll(s *Socket, n int, d time.Duration) [][]byte {
+	var got [][]byte
+	bufs := make([][]byte, 64)
+	for i := range bufs {
+		bufs[i] = make([]byte, ChunkSize)
+	}
+	sizes := make([]int, 64)
+	for deadline := time.Now().Add(d); len(got) < n && time.Now().Before(deadline); {
+		k := s.Recv(bufs, sizes, 0)
+		for i := range k {
+			got = append(got, bytes.Clone(bufs[i][:sizes[i]]))
+		}
+		if k == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return got
+}
+
+// TestSteering sends every kind of frame from one AF_XDP socket to the
+// other over a veth pair: the program must hand over exactly the RoCE
+// frames to the peer's MAC that fit a chunk, byte for byte and in order,
+// and pass everything else to the stack.
+func TestSteering(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		name := "generic"
+		if native {
+			name = "native"
+		}
+		t.Run(name, func(t *testing.T) {
+			// Generic XDP takes a frame as long as a chunk holds; a
+			// veth's native XDP only frames of a page less its
+			// overheads, so its MTU stays 1500.
+			mtu, longest := 4000, MaxFrame
+			if native {
+				mtu, longest = 1500, 1514
+			}
+			h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{IPv6: true, MTU: mtu})
+			a := open(t, h.A, Config{Native: native, RxFrames: 64, TxFrames: 64})
+			b := open(t, h.B, Config{Native: native, RxFrames: 64, TxFrames: 64})
+			if a.s.Native() != native {
+				t.Fatalf("Native() = %v", a.s.Native())
+			}
+			am, bm := h.A.MAC, h.B.MAC
+			v4 := func(port uint16, n int, seed byte) []byte {
+				return frame(am, bm, etherTypeIPv4, h.A.Addr, h.B.Addr, port, n, seed)
+			}
+			v6 := func(port uint16, n int, seed byte) []byte {
+				return frame(am, bm, etherTypeIPv6, h.A.Addr6, h.B.Addr6, port, n, seed)
+			}
+			frag := v4(roceV2Port, 100, 9)
+			frag[14+6] |= 0x20 // more fragments
+			other := bytes.Clone(v4(roceV2Port, 100, 10))
+			other[0] ^= 0x02 // another MAC
+			want := [][]byte{
+				v4(roceV2Port, 20, 1),
+				v6(roceV2Port, 1000, 2),
+				frame(am, bm, etherTypeRoCEv1, netip.Addr{}, netip.Addr{}, 0, 300, 3),
+				v4(roceV2Port, longest-14-28, 4), // the longest frame
+			}
+			pass := [][]byte{v4(4792, 20, 5), v6(53, 20, 6), frag, other}
+			n, err := a.s.Send(want[:2], 0)
+			if err != nil || n != 2 {
+				t.Fatalf("Send = %d, %v", n, err)
+			}
+			if n, err := a.s.Send(pass, 0); err != nil || n != len(pass) {
+				t.Fatalf("Send = %d, %v", n, err)
+			}
+			if n, err := a.s.Send(want[2:], 0); err != nil || n != 2 {
+				t.Fatalf("Send = %d, %v", n, err)
+			}
+			got := recvAll(b.s, len(want)+len(pass), 300*time.Millisecond)
+			if len(got) != len(want) {
+				t.Fatalf("received %d frames, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Fatalf("frame %d: got %d bytes % x..., want %d bytes % x...", i, len(got[i]), got[i][:min(40, len(got[i]))], len(want[i]), want[i][:40])
+				}
+			}
+			st := a.s.Stats()
+			if st.TxFrames != uint64(len(want)+len(pass)) || st.TxDropped != 0 {
+				t.Fatalf("sender stats %+v", st)
+			}
+			if st := b.s.Stats(); st.RxFrames != uint64(len(want)) || st.KernelRxDropped+st.KernelRxRingFull+st.KernelRxInvalid != 0 {
+				t.Fatalf("receiver stats %+v", st)
+			}
+			// Too long for a chunk: refused before anything is sent.
+			if n, err := a.s.Send([][]byte{want[0], make([]byte, MaxFrame+1)}, 0); !errors.Is(err, ErrFrameTooLarge) || n != 0 {
+				t.Fatalf("Send of a %d-byte frame = %d, %v; want ErrFrameTooLarge", MaxFrame+1, n, err)
+			}
+		})
+	}
+}
+
+// TestOverChunkPasses: a frame longer than a chunk holds is the stack's,
+// not dropped by the socket: a packet socket on the receiving interface
+// still sees it.
+func TestOverChunkPasses(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{MTU: 9000})
+	a := open(t, h.A, Config{RxFrames: 64, TxFrames: 64})
+	b := open(t, h.B, Config{RxFrames: 64, TxFrames: 64})
+	var ps int
+	h.B.Do(t, func() error {
+		var err error
+		ps, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		if err := unix.SetsockoptTimeval(ps, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
+			return err
+		}
+		return unix.Bind(ps, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: b.index})
+	})
+	defer unix.Close(ps)
+	big := frame(h.A.MAC, h.B.MAC, etherTypeIPv4, h.A.Addr, h.B.Addr, roceV2Port, 6000, 7)
+	// The XSK cannot send it either: send it from a packet socket on A.
+	h.A.Do(t, func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		return unix.Sendto(fd, big, 0, &unix.SockaddrLinklayer{Ifindex: a.index, Halen: 6, Addr: [8]byte{h.B.MAC[0], h.B.MAC[1], h.B.MAC[2], h.B.MAC[3], h.B.MAC[4], h.B.MAC[5]}})
+	})
+	buf := make([]byte, 16384)
+	for {
+		n, _, err := unix.Recvfrom(ps, buf, 0)
+		if err != nil {
+			t.Fatalf("the packet socket did not see the %d-byte frame: %v", len(big), err)
+		}
+		if bytes.Equal(buf[:n], big) {
+			break
+		}
+	}
+	if got := recvAll(b.s, 1, 50*time.Millisecond); len(got) != 0 {
+		t.Fatalf("the socket received %d frames, want none", len(got))
+	}
+}
+
+// TestReopen: closing a socket frees its queue for the next one (the
+// kernel releases it from a work item: Open waits for it).
+func TestReopen(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	for i := range 3 {
+		h.A.Do(t, func() error {
+			ifc, err := net.InterfaceByName(h.A.Ifname)
+			if err != nil {
+				return err
+			}
+			s, err := Open(Config{Ifindex: ifc.Index, MAC: ifc.HardwareAddr, RxFrames: 64, TxFrames: 64})
+			if errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNotPermitted) {
+				t.Skipf("AF_XDP: %v", err)
+			}
+			if err != nil {
+				t.Fatalf("open %d: %v", i, err)
+			}
+			return s.Close()
+		})
+	}
+}
+
+// TestConfigErrors: sizes that are not powers of two are refused by name.
+func TestConfigErrors(t *testing.T) {
+	for _, c := range []Config{{RxFrames: 100}, {TxFrames: 3}, {RxFrames: 1 << 16, TxFrames: 1}} {
+		if _, err := Open(c); err == nil {
+			t.Fatalf("Open(%+v) succeeded", c)
+		}
+	}
+}
+
+// TestProgram checks the assembled program's shape: every jump lands
+// inside it, and it ends in an exit.
+func TestProgram(t *testing.T) {
+	code, err := steerProgram(3, net.HardwareAddr{2, 0, 0, 0, 0, 1}, MaxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range code {
+		op := uint8(c)
+		if cls := op & 7; (cls == clsJMP || cls == clsJMP32) && op&0xf0 != opCALL && op&0xf0 != opEXIT {
+			off := int(int16(uint16(c >> 16)))
+			if to := i + 1 + off; to <= i || to >= len(code) {
+				t.Fatalf("instruction %d jumps to %d (of %d)", i, to, len(code))
+			}
+		}
+	}
+	if uint8(code[len(code)-1]) != clsJMP|opEXIT {
+		t.Fatal("the program does not end in an exit")
+	}
+	if _, err := steerProgram(3, net.HardwareAddr{1, 2, 3}, MaxFrame); err == nil {
+		t.Fatal("a 3-byte hardware address was accepted")
+	}
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
