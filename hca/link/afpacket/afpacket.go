@@ -19,6 +19,7 @@ import (
 
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/sockpoll"
+	"github.com/goroce/goroce/hca/link/xsk"
 	"github.com/goroce/goroce/hca/netcfg"
 )
 
@@ -67,7 +68,22 @@ type Config struct {
 	// 1 MiB blocks (at least one); 0 means DefaultTxRingBytes, the most is
 	// 64 MiB. The kernel pins this much memory per endpoint.
 	TxRingBytes int
+	// XDP moves RoCE frames through an AF_XDP socket on the interface's
+	// queue 0 (hca/link/xsk, doc.go): received frames skip the stack and
+	// the packet tap, sent ones the qdisc. Frames the socket cannot take
+	// (longer than a UMEM chunk, such as a peer's GSO super-frame, or
+	// received on another queue) still come through the packet socket.
+	// It implies NoGSO and NoTxRing, waits outside the netpoller (as
+	// BusyPoll) and needs an interface MTU of at most MaxXDPMTU.
+	XDP bool
+	// XDPNative attaches the XDP program in the driver's mode instead
+	// of the generic one.
+	XDPNative bool
 }
+
+// MaxXDPMTU is the largest interface MTU Config.XDP takes: a frame, with
+// an 802.1Q tag, must fit a UMEM chunk.
+const MaxXDPMTU = xsk.MaxFrame - ethHdr - 4
 
 // Errors Open wraps; the message names the interface (and address).
 var (
@@ -106,6 +122,11 @@ type Stats struct {
 	TxRingSlots   int    // transmit ring slots (0: no ring, sendmmsg)
 	TxRingSlotSz  int    // bytes per transmit slot (tp_frame_size)
 	TxRingBytes   int    // bytes mapped for the transmit ring
+
+	// With Config.XDP: frames received and sent through the AF_XDP
+	// socket (of RxFrames and TxFrames), kicks, and what the kernel
+	// dropped on its way to the socket (RX or fill ring full).
+	XDPRxFrames, XDPTxFrames, XDPTxKicks, XDPKernelDrop uint64
 }
 
 // Endpoint is an AF_PACKET link on one interface. See link.Endpoint for
@@ -146,6 +167,8 @@ type Endpoint struct {
 	statsMu sync.Mutex  // serialises PACKET_STATISTICS reads (they reset the kernel counter)
 
 	txRingErr error // why Open fell back from the transmit ring to sendmmsg
+
+	xsk *xsk.Socket // Config.XDP
 }
 
 var _ link.Endpoint = (*Endpoint)(nil)
@@ -186,8 +209,13 @@ func Open(cfg Config) (*Endpoint, error) {
 	case "1":
 		cfg.NoTxRing = false
 	}
+	if cfg.XDP {
+		cfg.NoGSO, cfg.NoTxRing = true, true
+	}
 	e := &Endpoint{cfg: cfg, ifname: cfg.Interface}
-	w, err := sockpoll.NewWaiter(!cfg.BusyPoll)
+	// An AF_XDP socket cannot wait in the netpoller beside the packet
+	// socket: a read waits in ppoll on both.
+	w, err := sockpoll.NewWaiter(!cfg.BusyPoll && !cfg.XDP)
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: eventfd: %w", err)
 	}
@@ -198,6 +226,9 @@ func Open(cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	e.held = len(e.holds)
+	if e.xsk != nil {
+		e.w.WaitAlsoOn(e.xsk.FD())
+	}
 	e.gso.Store(!cfg.NoGSO)
 	e.rx.init(e)
 	e.tx.init(e)
@@ -293,6 +324,14 @@ func (e *Endpoint) open() error {
 	for _, a := range e.addrs {
 		if err := e.holdPort(a); err != nil {
 			return err
+		}
+	}
+	if e.cfg.XDP {
+		if e.mtu > MaxXDPMTU {
+			return fmt.Errorf("afpacket: %s: XDP: MTU %d is over the %d an AF_XDP frame holds (4 KiB UMEM chunks; Linux before 6.6 has no multi-buffer AF_XDP)", name, e.mtu, MaxXDPMTU)
+		}
+		if e.xsk, err = xsk.Open(xsk.Config{Ifindex: e.ifindex, MAC: e.mac, Native: e.cfg.XDPNative}); err != nil {
+			return fmt.Errorf("afpacket: %s: XDP: %w", name, err)
 		}
 	}
 	return nil
@@ -430,6 +469,9 @@ func (e *Endpoint) closeFDs() {
 		unix.Close(fd)
 	}
 	e.holds = nil
+	if e.xsk != nil {
+		e.xsk.Close()
+	}
 }
 
 // Stats returns a snapshot of the counters.
@@ -448,19 +490,27 @@ func (e *Endpoint) Stats() Stats {
 	}
 	e.statsMu.Unlock()
 	c := &e.st
+	var xs xsk.Stats
+	if e.xsk != nil && e.w.Enter() {
+		xs = e.xsk.Stats()
+		e.w.Exit()
+	}
 	return Stats{
 		RxFrames: c.rxFrames.Load(), RxTooLarge: c.rxTooLarge.Load(), RxRunt: c.rxRunt.Load(),
 		RxKernelDrop: c.rxKernelDrop.Load(), RxMalformed: c.rxMalformed.Load(),
 		RxGSO: c.rxGSO.Load(), RxGSOSegments: c.rxGSOSegments.Load(),
 		RxRingFrames: c.rxRingFrames.Load(), RxCopies: c.rxCopies.Load(), RxSyscalls: c.rxSyscalls.Load(),
 		TxFrames: c.txFrames.Load(), TxGSO: c.txGSO.Load(), TxGSOSegments: c.txGSOSegments.Load(),
-		TxICRCPatched: c.txICRCPatched.Load(), TxDropped: c.txDropped.Load(), TxRejected: c.txRejected.Load(),
+		TxICRCPatched: c.txICRCPatched.Load(), TxDropped: c.txDropped.Load() + xs.TxDropped, TxRejected: c.txRejected.Load(),
 		HeldPorts: e.held, RingFrames: e.rx.ring.frames, RingFrameSize: e.rx.ring.frameSize,
 		RingBytes: len(e.rx.ring.mem),
 
 		TxRingFrames: c.txRingFrames.Load(), TxRingFull: c.txRingFull.Load(),
 		TxRingKicks: c.txRingKicks.Load(), TxRingSkipped: c.txRingSkipped.Load(),
 		TxRingSlots: e.tx.ring.frames, TxRingSlotSz: e.tx.ring.frameSize, TxRingBytes: len(e.tx.ring.mem),
+
+		XDPRxFrames: xs.RxFrames, XDPTxFrames: xs.TxFrames, XDPTxKicks: xs.TxKicks,
+		XDPKernelDrop: xs.KernelRxDropped + xs.KernelRxRingFull + xs.KernelFillEmpty,
 	}
 }
 

@@ -140,6 +140,36 @@
 // expects; a dropped super-packet loses its whole run, as it would on a
 // NIC's queue.
 //
+// With Config.XDP an AF_XDP socket on the interface's queue 0 (package
+// hca/link/xsk) carries the RoCE frames beside the packet socket:
+//
+//   - An XDP program (generic mode, or the driver's with Config.XDPNative)
+//     redirects to it every RoCE frame to our MAC that fits a 4 KiB UMEM
+//     chunk; Read takes those from its RX ring (one copy out, the chunk
+//     straight back to the fill ring) before it looks at the packet
+//     socket's ring, which still receives what the program passes: a
+//     peer's UDP GSO super-frame, a frame from another receive queue.
+//     Frames on one path keep their order; between the two there is no
+//     order, so against a peer that sends super-frames (goroce's udp link,
+//     its afpacket link without XDP) a small frame may overtake a run,
+//     which RC repairs with a sequence NAK and a retransmission. rdma_rxe
+//     and a goroce XDP endpoint send no super-frames.
+//   - Write copies every frame into a TX chunk and kicks the socket once
+//     per batch; in copy mode the kernel builds the skb and hands it to
+//     the driver in the system call (dev_direct_xmit: no qdisc, no egress
+//     hook). No GSO (each frame is its own skb) and no PACKET_TX_RING.
+//   - The interface MTU must leave every frame within a chunk
+//     (MaxXDPMTU, 3822 bytes): a larger one is refused at Open, since
+//     frames over a chunk could only go by the packet socket and would
+//     overtake or trail the others.
+//   - Reads and waits are outside the netpoller (as with BusyPoll): a
+//     busy poll that finds nothing is two atomic loads under the Waiter,
+//     and a wait is one ppoll on the packet socket and the AF_XDP socket
+//     (sockpoll.Waiter.WaitAlsoOn).
+//   - Under qemu TCG, where the kernel's receive path runs inline in the
+//     peer's send system call, this took goroce's send_lat from 1.2-2.6x
+//     to 1.1-1.3x kernel rxe's (docs/performance.md, session 18).
+//
 // Not done: TPACKET_V3 (it hands a block over when full or on a
 // millisecond timer: latency), PACKET_FANOUT; 802.1Q
 // tagged frames are sent as given but not received (the kernel strips the
@@ -153,5 +183,5 @@
 // goroce's wire, hca/link, hca/link/internal/vnet (virtio_net_hdr, UDP GSO
 // segmentation and checksums, shared with the tun link),
 // hca/link/internal/sockpoll (link.Poller over a socket, shared with the
-// udp link) and hca/netcfg packages.
+// udp link), hca/link/xsk (the AF_XDP socket) and hca/netcfg packages.
 package afpacket

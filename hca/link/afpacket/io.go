@@ -84,6 +84,13 @@ func (r *rxState) init(e *Endpoint) {
 	r.iovs = make([]unix.Iovec, 3*n)
 	r.vnet = make([]byte, vnetHdrLen*n)
 	r.flen = make([]int, n)
+	if x := e.xsk; x != nil {
+		// Waits end on the AF_XDP socket too (Waiter.WaitAlsoOn); a
+		// frame already in its RX ring ends them at once.
+		r.poll.Init(e.w, r.recv, x.Ready)
+		r.ringPoll.Init(e.w, r.ringRecv, func() bool { return x.Ready() || r.ring.ready() })
+		return
+	}
 	r.poll.Init(e.w, r.recv, nil)
 	r.ringPoll.Init(e.w, r.ringRecv, r.ring.ready)
 }
@@ -113,6 +120,16 @@ func (e *Endpoint) WaitRead() error {
 	if e.closed.Load() {
 		return link.ErrClosed
 	}
+	if e.xsk != nil {
+		if !e.w.Enter() {
+			return link.ErrClosed
+		}
+		ready := e.xsk.Ready()
+		e.w.Exit()
+		if ready {
+			return nil
+		}
+	}
 	var err error
 	if e.rx.ring.mem != nil {
 		err = e.rx.ringPoll.Wait(e.rc)
@@ -126,10 +143,40 @@ func (e *Endpoint) WaitRead() error {
 }
 
 func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, error) {
+	if e.xsk == nil || !wait {
+		return e.readOnce(bufs, sizes, offset, wait)
+	}
+	// With XDP a blocking Read looks at both sockets without waiting,
+	// then waits on both (WaitRead), never on one alone.
+	for {
+		n, err := e.readOnce(bufs, sizes, offset, false)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := e.WaitRead(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (e *Endpoint) readOnce(bufs [][]byte, sizes []int, offset int, wait bool) (int, error) {
 	if e.closed.Load() {
 		return 0, link.ErrClosed
 	}
 	r := &e.rx
+	if x := e.xsk; x != nil && !wait && r.pend == r.got {
+		// A busy poller's empty poll, before any other work: two
+		// atomic loads under the Waiter (which keeps Close from
+		// unmapping the rings meanwhile).
+		if !e.w.Enter() {
+			return 0, link.ErrClosed
+		}
+		empty := !x.Ready() && (r.ring.mem == nil || !r.ring.ready())
+		e.w.Exit()
+		if empty {
+			return 0, nil
+		}
+	}
 	k := min(len(bufs), len(sizes), e.cfg.BatchSize)
 	if k == 0 {
 		return 0, nil
@@ -155,6 +202,24 @@ func (e *Endpoint) read(bufs [][]byte, sizes []int, offset int, wait bool) (int,
 				return n, nil
 			}
 			continue
+		}
+		if x := e.xsk; x != nil {
+			// The Waiter (outside the netpoller with XDP) keeps Close
+			// from unmapping either ring under these looks.
+			if !e.w.Enter() {
+				return 0, link.ErrClosed
+			}
+			n := x.Recv(bufs[:k], sizes, offset)
+			ringEmpty := n == 0 && r.ring.mem != nil && !r.ring.ready()
+			e.w.Exit()
+			if n > 0 {
+				raceAcquire()
+				e.st.rxFrames.Add(uint64(n))
+				return n, nil
+			}
+			if ringEmpty && !wait {
+				return 0, nil // not through the ring's RawConn
+			}
 		}
 		if r.ring.mem != nil {
 			n, again, err := r.ringRead(bufs[:k], sizes, offset, wait)
@@ -533,6 +598,16 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 // dropped by the device): through the transmit ring when there is one,
 // then by sendmmsg what the ring did not take (txring.go).
 func (t *txState) sendFrames(frames [][]byte, offset int) (int, error) {
+	if x := t.e.xsk; x != nil && len(frames) > 0 {
+		// Every frame fits a chunk: Open checked the MTU.
+		if !t.e.w.Enter() {
+			return 0, link.ErrClosed
+		}
+		n, err := x.Send(frames, offset)
+		t.e.w.Exit()
+		t.e.st.txFrames.Add(uint64(n))
+		return n, err
+	}
 	if t.ring.mem == nil || len(frames) == 0 {
 		return t.mmsgFrames(frames, offset)
 	}

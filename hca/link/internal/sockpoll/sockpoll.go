@@ -50,12 +50,16 @@ type Waiter struct {
 	closed   atomic.Bool
 	inflight atomic.Int64
 	efd      int // outside the netpoller: eventfd, readable once Close ran
+	// extra, when not -1, is another descriptor a read wait also ends
+	// on (an AF_XDP socket beside a packet socket); outside the
+	// netpoller only.
+	extra int32
 }
 
 // NewWaiter returns an open Waiter whose sockets wait in the netpoller
 // (netpoll) or in ppoll.
 func NewWaiter(netpoll bool) (*Waiter, error) {
-	w := &Waiter{netpoll: netpoll, efd: -1}
+	w := &Waiter{netpoll: netpoll, efd: -1, extra: -1}
 	if !netpoll {
 		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
@@ -140,16 +144,29 @@ func (w *Waiter) park(rc syscall.RawConn, write bool, f func(fd uintptr) bool) e
 // and the eventfd open.
 func (w *Waiter) ppoll(fd uintptr, events int16) (closed bool) {
 	for !w.closed.Load() {
-		fds := [2]unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(w.efd), Events: unix.POLLIN}}
-		_, _, errno := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 2, 0, 0, 0, 0)
+		fds := [3]unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(w.efd), Events: unix.POLLIN}, {Fd: w.extra, Events: unix.POLLIN}}
+		nfds := uintptr(2)
+		if w.extra >= 0 && events&unix.POLLIN != 0 {
+			nfds = 3
+		}
+		_, _, errno := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), nfds, 0, 0, 0, 0)
 		if errno != 0 && errno != unix.EINTR {
 			return w.closed.Load() // cannot wait: let the caller retry its operation
 		}
-		if fds[0].Revents != 0 {
+		if fds[0].Revents != 0 || (nfds == 3 && fds[2].Revents != 0) {
 			return false
 		}
 	}
 	return true
+}
+
+// WaitAlsoOn makes every read wait of w (Poll.Wait, Poll.Recv) end also
+// when fd is readable. Only outside the netpoller, and before the first
+// wait; fd must stay open until Close has returned.
+func (w *Waiter) WaitAlsoOn(fd int) {
+	if !w.netpoll {
+		w.extra = int32(fd)
+	}
 }
 
 // Close refuses new operations. Outside the netpoller it also wakes every

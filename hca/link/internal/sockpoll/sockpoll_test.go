@@ -240,3 +240,37 @@ func testNoAllocs(t *testing.T, netpoll bool) {
 		t.Errorf("%v allocations per Try+Wait+Send", n)
 	}
 }
+
+// WaitAlsoOn: outside the netpoller a read wait also ends when the other
+// descriptor becomes readable, and a write wait does not look at it.
+func TestWaitAlsoOn(t *testing.T) {
+	w := newWaiter(t, false)
+	_, rc, _ := pair(t, w)
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	w.WaitAlsoOn(efd)
+	var p Poll
+	var r recvOne
+	p.Init(w, r.recv, nil)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	}()
+	done := make(chan error, 1)
+	go func() { done <- p.Wait(rc) }()
+	select {
+	case err := <-done:
+		if err != nil || r.got != 0 {
+			t.Fatalf("Wait: %v, consumed %d bytes", err, r.got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not end when the other descriptor became readable")
+	}
+	// The socket itself is still empty.
+	if again, err := p.Try(rc); err != nil || !again {
+		t.Fatalf("Try: again %v, %v", again, err)
+	}
+}

@@ -1,0 +1,173 @@
+package afpacket
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca/link"
+	"github.com/goroce/goroce/hca/link/linktest"
+	"github.com/goroce/goroce/hca/link/xsk"
+	"github.com/goroce/goroce/hca/netcfg"
+)
+
+// openXDP opens a pair with cfgA and cfgB (at least one with XDP),
+// skipping when the kernel has no AF_XDP.
+func openXDP(t *testing.T, opts netcfg.TwoHostsOptions, cfgA, cfgB Config) (a, b *Endpoint) {
+	t.Helper()
+	h := netcfg.TwoHosts(t, opts)
+	cfgA.Interface, cfgA.NetNS = h.A.Ifname, h.A.NS
+	cfgB.Interface, cfgB.NetNS = h.B.Ifname, h.B.NS
+	var err error
+	if a, err = Open(cfgA); err != nil {
+		if errors.Is(err, xsk.ErrUnsupported) || errors.Is(err, xsk.ErrNotPermitted) {
+			t.Skipf("no AF_XDP here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if b, err = Open(cfgB); err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// The conformance and poller suites with both ends on AF_XDP sockets, in
+// generic and in native mode.
+func TestXDPLinktest(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	for _, native := range []bool{false, true} {
+		cfg := Config{XDP: true, XDPNative: native}
+		name := map[bool]string{false: "generic", true: "native"}[native]
+		t.Run(name+"/linktest", func(t *testing.T) {
+			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
+				a, b := openXDP(t, netcfg.TwoHostsOptions{}, cfg, cfg)
+				return a, b
+			})
+		})
+		t.Run(name+"/poller", func(t *testing.T) {
+			a, b := openXDP(t, netcfg.TwoHostsOptions{}, cfg, cfg)
+			linktest.Poller(t, a, b)
+		})
+		t.Run(name+"/stats", func(t *testing.T) {
+			a, b := openXDP(t, netcfg.TwoHostsOptions{}, cfg, cfg)
+			frames := make([][]byte, 10)
+			for i := range frames {
+				f, err := linktest.Frame(a, b, bth.PSN(i), 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				frames[i] = f
+			}
+			if n, err := a.Write(frames, 0); err != nil || n != len(frames) {
+				t.Fatalf("Write = %d, %v", n, err)
+			}
+			got := readN(t, b, len(frames))
+			for i := range frames {
+				if !linktest.Equivalent(got[i], frames[i], link.FormatEthernet) {
+					t.Fatalf("frame %d differs", i)
+				}
+			}
+			sa, sb := a.Stats(), b.Stats()
+			if sa.XDPTxFrames != uint64(len(frames)) || sb.XDPRxFrames != uint64(len(frames)) || sb.RxRingFrames != 0 || sa.TxGSO != 0 {
+				t.Fatalf("stats: sender %+v, receiver %+v", sa, sb)
+			}
+		})
+	}
+}
+
+// readN reads n frames from e within a second.
+func readN(t *testing.T, e *Endpoint, n int) [][]byte {
+	t.Helper()
+	var got [][]byte
+	bufs := make([][]byte, 64)
+	for i := range bufs {
+		bufs[i] = make([]byte, 9100)
+	}
+	sizes := make([]int, 64)
+	w := linktest.NewWatchdog(2*time.Second, e)
+	defer w.Stop()
+	for len(got) < n {
+		k, err := e.Read(bufs, sizes, 0)
+		if err != nil {
+			t.Fatalf("Read after %d of %d frames: %v", len(got), n, err)
+		}
+		for i := range k {
+			got = append(got, append([]byte(nil), bufs[i][:sizes[i]]...))
+		}
+	}
+	return got
+}
+
+// TestXDPFromGSOPeer: a peer without XDP sends a run as one UDP GSO
+// super-frame, which no UMEM chunk holds; the XDP program passes it, and
+// the XDP endpoint takes it from its packet socket and splits it, between
+// frames it takes from the AF_XDP socket.
+func TestXDPFromGSOPeer(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	a, b := openXDP(t, netcfg.TwoHostsOptions{}, Config{}, Config{XDP: true})
+	run := make([][]byte, 16)
+	for i := range run {
+		f, err := linktest.Frame(a, b, bth.PSN(i), 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run[i] = f
+	}
+	single, err := linktest.Frame(a, b, 100, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Write(run, 0); err != nil || n != len(run) {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if a.Stats().TxGSO == 0 {
+		t.Skip("the sender's kernel took no GSO super-packet from a packet socket")
+	}
+	// Read the run before the single frame is sent: the two sockets of
+	// the receiver keep no order between them.
+	got := readN(t, b, len(run))
+	if n, err := a.Write([][]byte{single}, 0); err != nil || n != 1 {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	got = append(got, readN(t, b, 1)...)
+	want := append(run, single)
+	for i := range want {
+		if !linktest.Equivalent(got[i], want[i], link.FormatEthernet) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	st := b.Stats()
+	if st.RxGSO != 1 || st.XDPRxFrames != 1 {
+		t.Fatalf("receiver: %d GSO frames split, %d from the AF_XDP socket; want 1 and 1", st.RxGSO, st.XDPRxFrames)
+	}
+}
+
+// TestXDPErrors: an MTU over what a chunk holds is refused by name, and
+// so is a second XDP endpoint on an interface that has one.
+func TestXDPErrors(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{MTU: 9000})
+	_, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, XDP: true})
+	if err == nil || !strings.Contains(err.Error(), "XDP: MTU 9000 is over") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Open at MTU 9000: %v", err)
+	}
+	if err := netcfg.SetMTU(h.B.NS, h.B.Ifname, 1500); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS, XDP: true})
+	if errors.Is(err, xsk.ErrUnsupported) || errors.Is(err, xsk.ErrNotPermitted) {
+		t.Skipf("no AF_XDP here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	_, err = Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS, XDP: true})
+	if err == nil || !strings.Contains(err.Error(), "XDP") {
+		t.Fatalf("second XDP endpoint on one interface: %v", err)
+	}
+}
