@@ -109,6 +109,9 @@ type linkSettings struct {
 	// RxRing receives the udp link's IPv4 packets from a packet socket's
 	// RX ring (udp.Config.RxRing).
 	RxRing bool
+	// XDP moves the afpacket link's RoCE frames through an AF_XDP socket
+	// (afpacket.Config.XDP): "" off, "generic" or "native" XDP.
+	XDP string
 
 	// tun and tap only.
 	AddrBits   int            // prefix length given with Addr; 0: none
@@ -135,6 +138,7 @@ type linkFlags struct {
 	kaddr  string
 	routes string
 	rxRing bool
+	xdp    string
 }
 
 // linkUsage documents the link flags and the config file for a command's
@@ -158,8 +162,13 @@ const linkUsage = `Link configuration (flags win over --config):
                                 ring instead of a raw socket (a busy poll reads memory,
                                 no system call; the host firewall does not see what
                                 the ring receives)
+  --xdp generic|native          afpacket link: receive and send RoCE frames through an
+                                AF_XDP socket on the interface's queue 0, steered by an
+                                XDP program in generic (skb) or the driver's mode: no
+                                IP stack, packet tap or qdisc on the way (interface MTU
+                                at most 3822; needs root)
   --config FILE                 key=value lines: link, dev, addr, kernel-addr, routes,
-                                encap, mtu, pcap, rx-ring ('#' starts a comment)`
+                                encap, mtu, pcap, rx-ring, xdp ('#' starts a comment)`
 
 // addLinkFlags registers --link, --dev, --addr, --encap, --link-mtu, --pcap
 // and --config on fs. The link MTU flag is not --mtu because the tools that
@@ -176,6 +185,7 @@ func addLinkFlags(fs *flag.FlagSet) *linkFlags {
 	fs.IntVar(&lf.mtu, "link-mtu", 0, "cap the link MTU to `BYTES` (0: the interface's; config key mtu)")
 	fs.StringVar(&lf.pcap, "pcap", "", "capture the link's frames to `FILE`")
 	fs.BoolVar(&lf.rxRing, "rx-ring", false, "udp link over IPv4: receive from a packet socket's RX ring, not a raw socket (the host firewall does not see those packets)")
+	fs.StringVar(&lf.xdp, "xdp", "", "afpacket link: RoCE frames through an AF_XDP socket, the XDP program in `MODE` generic or native")
 	return lf
 }
 
@@ -214,12 +224,13 @@ func (lf *linkFlags) settings() (linkSettings, error) {
 		"mtu":         pickAs("mtu", "link-mtu", mtu),
 		"pcap":        pick("pcap", lf.pcap),
 		"rx-ring":     pick("rx-ring", strconv.FormatBool(lf.rxRing)),
+		"xdp":         pick("xdp", lf.xdp),
 	})
 }
 
 // linkConfigKeys are the keys a config file may hold.
 var linkConfigKeys = map[string]bool{"link": true, "dev": true, "addr": true, "kernel-addr": true, "routes": true,
-	"encap": true, "mtu": true, "pcap": true, "rx-ring": true}
+	"encap": true, "mtu": true, "pcap": true, "rx-ring": true, "xdp": true}
 
 // readLinkConfig reads key=value lines. Blank lines and lines starting with
 // '#' are skipped; an unknown key, a line without '=' or a key given twice
@@ -243,7 +254,7 @@ func readLinkConfig(name string) (map[string]string, error) {
 		case !ok:
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, line)
 		case !linkConfigKeys[k]:
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap or rx-ring)", name, n, k)
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap, rx-ring or xdp)", name, n, k)
 		}
 		if _, dup := kv[k]; dup {
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: key %q given twice", name, n, k)
@@ -331,6 +342,16 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 			return s, linkErrf(errLinkConfig, nil, "rx-ring needs an IPv4 address (IPv6 receives on the UDP socket itself), not %s", s.Addr)
 		}
 		s.RxRing = b
+	}
+	switch x := kv["xdp"]; x {
+	case "":
+	case "generic", "native":
+		if s.Link != linkAFPacket {
+			return s, linkErrf(errLinkConfig, nil, "xdp applies to the afpacket link only (AF_XDP takes Ethernet frames off an interface), not to the %s link", s.Link)
+		}
+		s.XDP = x
+	default:
+		return s, linkErrf(errLinkConfig, nil, "xdp %q is not generic or native", x)
 	}
 	if s.Dev == "" && s.Link == linkAFPacket {
 		return s, linkErrf(errLinkConfig, nil, "link %s needs --dev", s.Link)
@@ -517,7 +538,7 @@ func openLink(s linkSettings) (link.Endpoint, error) {
 		if s.MTU != 0 {
 			return nil, linkErrf(errLinkConfig, nil, "--link-mtu applies to the udp link only (an afpacket link has its interface's MTU)")
 		}
-		cfg := afpacket.Config{Interface: s.Dev, BusyPoll: s.busyPoll}
+		cfg := afpacket.Config{Interface: s.Dev, BusyPoll: s.busyPoll, XDP: s.XDP != "", XDPNative: s.XDP == "native"}
 		if s.Addr.IsValid() {
 			cfg.Addrs = []netip.Addr{s.Addr}
 		}
