@@ -152,7 +152,7 @@ for lm in ${MTUS//,/ }; do
       # 20-byte datagrams between bvra and bvrb, plain and as goroce's udp link sends and
       # receives (connected send, the ACK and the answer in one GSO skb; raw-socket receive,
       # or with --rx-ring a packet socket's RX ring).
-      for f in "" "-connect -raw -gso 2" "-connect -ring -gso 2"; do
+      for f in "" "-connect -raw -gso 2" "-connect -ring -gso 2" "-xdp drv" "-xdp skb"; do
         l=$(vmx "/mnt/host/udplat $f -n $LAT_ITERS bvra 10.98.0.1 bvrb 10.98.0.2" 2>&1 | tail -1)
         echo "=== $(date +%T) udplat $f (guest, link MTU $lm)"$'\n'"$l" >> "$RUNLOG"
         FLOOR+="  IB MTU $ib, udplat ${f:-(plain)}: $l"$'\n'

@@ -392,7 +392,7 @@ func TestHostPath(t *testing.T) {
 	t0, detail := time.Now(), ""
 	defer record(t, "host path: pingpong TCP exchange", "host→rxe", t0, &detail)
 	pcap := filepath.Join(h.caps, "host-path.pcap")
-	stop, err := h.hostCapture(pcap)
+	stop, err := h.hostCapture(pcap, Bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,6 +441,9 @@ func TestHostPath(t *testing.T) {
 
 const lossTable = "goroce_interop_loss"
 
+// vmTap is the VM's tap on the bridge (lib.sh's TAP default).
+const vmTap = "gritap0"
+
 // lossOn installs 1% random loss of UDP 4791 on the VM's tap, both directions. The host
 // kernel has no netem, so it is nftables' numgen; netdev ingress/egress hooks see every
 // frame of the VM whatever link type goroce uses (UDP, AF_PACKET, tap, routed tun).
@@ -455,7 +458,7 @@ func (h *harness) lossOn() error {
 		udp dport 4791 counter numgen random mod 100 < 1 counter drop
 	}
 }
-`, lossTable, "gritap0")
+`, lossTable, vmTap)
 	cmd := exec.Command("ip", "netns", "exec", NetNS, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -662,7 +665,15 @@ func runOnce(t *testing.T, c Case, d Direction) (detail string, err error) {
 			}
 			defer h.lossOff()
 		}
-		stopCapture, err = h.hostCapture(pcap)
+		// An XDP program on the bridge takes goroce's RoCE frames before
+		// the bridge's packet taps (and its AF_XDP sends skip them): those
+		// cases record the VM's tap, which every frame to or from the VM
+		// crosses, as the loss rules do.
+		dev := Bridge
+		if c.XDP {
+			dev = vmTap
+		}
+		stopCapture, err = h.hostCapture(pcap, dev)
 	}
 	if err != nil {
 		return "capture: " + err.Error(), fmt.Errorf("capture: %w", err)
@@ -909,11 +920,11 @@ var (
 	hostDumps   = map[*exec.Cmd]bool{}
 )
 
-// hostCapture runs tcpdump on the bridge inside NetNS: everything that crosses the wire
-// between goroce and the VM.
-func (h *harness) hostCapture(file string) (func() (string, error), error) {
+// hostCapture runs tcpdump on dev (the bridge, or the VM's tap) inside NetNS: everything
+// that crosses the wire between goroce and the VM.
+func (h *harness) hostCapture(file, dev string) (func() (string, error), error) {
 	_ = os.Remove(file)
-	cmd := exec.Command("ip", "netns", "exec", NetNS, "tcpdump", "-i", Bridge, "-n", "-s", "0", "-B", "32768", "--immediate-mode",
+	cmd := exec.Command("ip", "netns", "exec", NetNS, "tcpdump", "-i", dev, "-n", "-s", "0", "-B", "32768", "--immediate-mode",
 		"-U", "-w", file, fmt.Sprintf("udp port 4791 or tcp port %d or arp", OOBPort))
 	var buf syncBuffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf

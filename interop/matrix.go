@@ -95,6 +95,7 @@ type Case struct {
 	MTU        int    // rxe active MTU: 1024 (link 1500) or 4096 (link 9000)
 	Loss       bool   // 1% random loss of UDP 4791 (nft in NetNS; netem on the veth for rxe↔rxe)
 	IPv6       bool   // RoCEv2 over IPv6: GIDs GuestIP6 / HostIP6 (udp and afpacket links)
+	XDP        bool   // afpacket link with --xdp generic: RoCE frames through an AF_XDP socket on the bridge
 	// Opcodes that the capture of the run must contain (goroce pcap verify names).
 	Opcodes []string
 	Note    string
@@ -154,6 +155,9 @@ func (c Case) Commands(d Direction, pcap string) (server, client Endpoint) {
 			s += " --addr " + hostIP
 		case "afpacket":
 			s += " --dev " + Bridge + " --addr " + hostIP
+			if c.XDP {
+				s += " --xdp generic"
+			}
 		case "tap":
 			s += " --dev " + TapDev + " --addr " + TapIP
 		case "tun":
@@ -213,6 +217,7 @@ func pt(name, tool, mode, flags string, opcodes []string, mods ...func(*Case)) C
 }
 
 func withLink(l string) func(*Case) { return func(c *Case) { c.Link = l } }
+func withXDP(c *Case)               { c.Link, c.XDP = "afpacket", true }
 func mtu4096(c *Case)               { c.MTU = 4096 }
 func lossy(c *Case)                 { c.Loss = true }
 func ipv6(c *Case)                  { c.IPv6 = true }
@@ -236,6 +241,8 @@ var Matrix = []Case{
 		[]string{"RC_SEND_FIRST", "RC_SEND_LAST"}, note("every pingpong flag; -e = completion events")),
 	pp("rc_pingpong_afpacket", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
 		sendFML, withLink("afpacket")),
+	pp("rc_pingpong_xdp", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
+		sendFML, withXDP, note("goroce's frames through an AF_XDP socket on the bridge, steered by generic XDP")),
 	pp("rc_pingpong_tap", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
 		sendFML, withLink("tap"), note("goroce at 10.66.0.3 behind gritap1 on the bridge; TCP via 10.66.0.1")),
 	pp("rc_pingpong_tun", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
@@ -266,12 +273,14 @@ var Matrix = []Case{
 	pt("send_bw_1M", "ib_send_bw", "send_bw", "-s 1048576 -n 50", sendFML),
 	pt("write_bw_1B", "ib_write_bw", "write_bw", "-s 1 -n 1000", []string{"RC_RDMA_WRITE_ONLY"}),
 	pt("write_bw_64k", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML),
+	pt("write_bw_xdp", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, withXDP),
 	pt("write_bw_1M", "ib_write_bw", "write_bw", "-s 1048576 -n 50", writeFML),
 	pt("read_bw_64", "ib_read_bw", "read_bw", "-s 64 -n 1000", []string{"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"}),
 	pt("read_bw_1M", "ib_read_bw", "read_bw", "-s 1048576 -n 50", readFML),
 	pt("atomic_bw_fadd", "ib_atomic_bw", "atomic_bw", "-A FETCH_AND_ADD -n 500", []string{"RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"}),
 	pt("atomic_bw_cswap", "ib_atomic_bw", "atomic_bw", "-A CMP_AND_SWAP -n 500", []string{"RC_COMPARE_SWAP", "RC_ATOMIC_ACKNOWLEDGE"}),
 	pt("send_lat", "ib_send_lat", "send_lat", "-s 2 -n 1000", []string{"RC_SEND_ONLY"}),
+	pt("send_lat_xdp", "ib_send_lat", "send_lat", "-s 2 -n 1000", []string{"RC_SEND_ONLY"}, withXDP),
 	pt("send_lat_4k", "ib_send_lat", "send_lat", "-s 4096 -n 200", sendFML),
 	pt("write_lat", "ib_write_lat", "write_lat", "-s 2 -n 1000", []string{"RC_RDMA_WRITE_ONLY"}),
 	pt("read_lat", "ib_read_lat", "read_lat", "-s 2 -n 1000", []string{"RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_ONLY"}),

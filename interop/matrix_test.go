@@ -160,6 +160,12 @@ func TestCommands(t *testing.T) {
 	if srv.Cmd != "goroce bench write_bw -s 65536 --link afpacket --dev gribr0 --addr fd66::1" {
 		t.Errorf("IPv6 afpacket: %q", srv.Cmd)
 	}
+	x := Case{Name: "x", Tool: "ib_send_lat -s 2", Goroce: "bench send_lat -s 2", Perftest: true}
+	withXDP(&x)
+	srv, _ = x.Commands(RxeToGoroce, "")
+	if srv.Cmd != "goroce bench send_lat -s 2 --link afpacket --dev gribr0 --addr 10.66.0.1 --xdp generic" || x.Applies(RxeToRxe) {
+		t.Errorf("XDP: %q (rxe↔rxe baseline %v)", srv.Cmd, x.Applies(RxeToRxe))
+	}
 	v6.Link = ""
 	if v6.Applies(RxeToRxe) {
 		t.Error("an IPv6 case has no rxe↔rxe baseline (the veth pair is IPv4 only)")

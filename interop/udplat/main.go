@@ -49,6 +49,7 @@ func run() error {
 	connect := flag.Bool("connect", false, "connect each end's sending socket to its peer (a cached route, no per-send lookup)")
 	raw := flag.Bool("raw", false, "receive as goroce's udp link does over IPv4: on a raw socket, the UDP socket only holding the port (a filter drops all it gets)")
 	ring := flag.Bool("ring", false, "as -raw, but receive from a packet socket's PACKET_RX_RING on the address's interface: busy polling reads shared memory, no system call")
+	xdp := flag.String("xdp", "", "send and receive Ethernet frames through an AF_XDP socket (copy mode) on the address's interface, an XDP program redirecting UDP to -port into it: drv (the driver's XDP), skb (generic XDP) or auto; -role both only")
 	flag.Parse()
 	if flag.NArg() != 4 {
 		return errors.New("usage: udplat [-n N] [-size B] NETNS_A ADDR_A NETNS_B ADDR_B")
@@ -66,6 +67,13 @@ func run() error {
 	}
 	if *ring {
 		*raw = true
+	}
+	xdpMode, useXDP := map[string]uint32{"drv": unix.XDP_FLAGS_DRV_MODE, "skb": unix.XDP_FLAGS_SKB_MODE, "auto": 0}[*xdp]
+	if *xdp != "" && (!useXDP || *role != "both" || *gso > 1 || *connect || *raw) {
+		return errors.New("-xdp drv|skb|auto, with -role both and without -gso, -connect, -raw, -ring")
+	}
+	if useXDP {
+		return runXDP(flag.Arg(0), aAddr, flag.Arg(2), bAddr, *port, *size, *n, xdpMode, *timeout)
 	}
 	ping, echo := *role != "echo", *role != "ping"
 	if *role != "both" && *role != "ping" && *role != "echo" {
@@ -151,24 +159,29 @@ func run() error {
 	if err, ok := <-echoErr; ok && err != nil {
 		return err
 	}
-	slices.Sort(lat)
-	var sum time.Duration
-	for _, d := range lat {
-		sum += d
-	}
-	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 	how := "UDP socket"
 	if *ring {
 		how = "packet socket's RX ring"
 	} else if *raw {
 		how = "raw IPv4 socket"
 	}
-	fmt.Printf("UDP ping-pong %s %v <-> %s %v, %d-byte datagrams, %d round trips, busy-polled recvmsg on a %s; half round trip:\n",
-		flag.Arg(0), aAddr, flag.Arg(2), bAddr, *size, *n, how)
+	printLat(fmt.Sprintf("UDP ping-pong %s %v <-> %s %v, %d-byte datagrams, %d round trips, busy-polled recvmsg on a %s",
+		flag.Arg(0), aAddr, flag.Arg(2), bAddr, *size, *n, how), lat, sendDur)
+	return nil
+}
+
+// printLat prints what, then half the round trips' figures and the send's.
+func printLat(what string, lat, sendDur []time.Duration) {
+	slices.Sort(lat)
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	fmt.Printf("%s; half round trip:\n", what)
 	slices.Sort(sendDur)
 	fmt.Printf("t_min %.2f us, t_typical %.2f us, t_avg %.2f us, p99 %.2f us; the send system call %.2f us typical\n",
 		us(lat[0]), us(lat[len(lat)/2]), us(sum/time.Duration(len(lat))), us(lat[len(lat)*99/100]), us(sendDur[len(sendDur)/2]))
-	return nil
 }
 
 // end is one side: it sends on tx (a UDP socket) and receives on rx (the
