@@ -167,8 +167,10 @@
 //     and a wait is one ppoll on the packet socket and the AF_XDP socket
 //     (sockpoll.Waiter.WaitAlsoOn).
 //   - Under qemu TCG, where the kernel's receive path runs inline in the
-//     peer's send system call, this took goroce's send_lat from 1.2-2.6x
-//     to 1.1-1.3x kernel rxe's (docs/performance.md, session 18).
+//     peer's send system call, generic XDP took goroce's send_lat from
+//     2.3x kernel rxe's (udp link) to 1.25-1.35x; it is a latency path:
+//     without GSO, bandwidth is half rxe's (docs/performance.md, session
+//     18).
 //
 // Not done: TPACKET_V3 (it hands a block over when full or on a
 // millisecond timer: latency), PACKET_FANOUT; 802.1Q
