@@ -49,7 +49,7 @@ func run() error {
 	connect := flag.Bool("connect", false, "connect each end's sending socket to its peer (a cached route, no per-send lookup)")
 	raw := flag.Bool("raw", false, "receive as goroce's udp link does over IPv4: on a raw socket, the UDP socket only holding the port (a filter drops all it gets)")
 	ring := flag.Bool("ring", false, "as -raw, but receive from a packet socket's PACKET_RX_RING on the address's interface: busy polling reads shared memory, no system call")
-	xdp := flag.String("xdp", "", "send and receive Ethernet frames through an AF_XDP socket (copy mode) on the address's interface, an XDP program redirecting UDP to -port into it: drv (the driver's XDP), skb (generic XDP) or auto; -role both only")
+	xdp := flag.String("xdp", "", "send and receive Ethernet frames through an AF_XDP socket (goroce's hca/link/xsk, copy mode) on the address's interface, its XDP program steering UDP to port 4791 (not -port) into it: drv (the driver's XDP) or skb (generic XDP); -role both only")
 	flag.Parse()
 	if flag.NArg() != 4 {
 		return errors.New("usage: udplat [-n N] [-size B] NETNS_A ADDR_A NETNS_B ADDR_B")
@@ -68,12 +68,11 @@ func run() error {
 	if *ring {
 		*raw = true
 	}
-	xdpMode, useXDP := map[string]uint32{"drv": unix.XDP_FLAGS_DRV_MODE, "skb": unix.XDP_FLAGS_SKB_MODE, "auto": 0}[*xdp]
-	if *xdp != "" && (!useXDP || *role != "both" || *gso > 1 || *connect || *raw) {
-		return errors.New("-xdp drv|skb|auto, with -role both and without -gso, -connect, -raw, -ring")
-	}
-	if useXDP {
-		return runXDP(flag.Arg(0), aAddr, flag.Arg(2), bAddr, *port, *size, *n, xdpMode, *timeout)
+	if *xdp != "" {
+		if (*xdp != "drv" && *xdp != "skb") || *role != "both" || *gso > 1 || *connect || *raw {
+			return errors.New("-xdp drv|skb, with -role both and without -gso, -connect, -raw, -ring")
+		}
+		return runXDP(flag.Arg(0), aAddr, flag.Arg(2), bAddr, *size, *n, *xdp == "drv", *timeout)
 	}
 	ping, echo := *role != "echo", *role != "ping"
 	if *role != "both" && *role != "ping" && *role != "echo" {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -31,24 +30,11 @@ const (
 
 // openRing opens the ring on the interface that holds addr.
 func openRing(addr netip.Addr, port int) (*rxRing, error) {
-	ifs, err := net.Interfaces()
+	ifc, err := ifaceOf(addr)
 	if err != nil {
 		return nil, err
 	}
-	ifindex := 0
-	for _, ifc := range ifs {
-		as, _ := ifc.Addrs()
-		for _, a := range as {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == addr {
-					ifindex = ifc.Index
-				}
-			}
-		}
-	}
-	if ifindex == 0 {
-		return nil, fmt.Errorf("no interface holds %v", addr)
-	}
+	ifindex := ifc.Index
 	proto := int(htons(unix.ETH_P_IP))
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
