@@ -13,26 +13,20 @@ import (
 	"github.com/goroce/goroce/hca/netcfg"
 )
 
-// openXDP opens a pair with cfgA and cfgB (at least one with XDP),
-// skipping when the kernel has no AF_XDP.
+// openXDP opens a pair with cfgA and cfgB (at least one with XDP).
 func openXDP(t *testing.T, opts netcfg.TwoHostsOptions, cfgA, cfgB Config) (a, b *Endpoint) {
 	t.Helper()
-	h := netcfg.TwoHosts(t, opts)
-	cfgA.Interface, cfgA.NetNS = h.A.Ifname, h.A.NS
-	cfgB.Interface, cfgB.NetNS = h.B.Ifname, h.B.NS
-	var err error
-	if a, err = Open(cfgA); err != nil {
-		if errors.Is(err, xsk.ErrUnsupported) || errors.Is(err, xsk.ErrNotPermitted) {
-			t.Skipf("no AF_XDP here: %v", err)
-		}
-		t.Fatal(err)
-	}
-	if b, err = Open(cfgB); err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a, b, _ = openPairCfgs(t, opts, cfgA, cfgB)
 	return a, b
+}
+
+// skipNoXDP skips t when err says the kernel has no AF_XDP, or refuses
+// eBPF to this process.
+func skipNoXDP(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, xsk.ErrUnsupported) || errors.Is(err, xsk.ErrNotPermitted) {
+		t.Skipf("no AF_XDP here: %v", err)
+	}
 }
 
 // The conformance and poller suites with both ends on AF_XDP sockets, in
@@ -159,15 +153,24 @@ func TestXDPErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS, XDP: true})
-	if errors.Is(err, xsk.ErrUnsupported) || errors.Is(err, xsk.ErrNotPermitted) {
-		t.Skipf("no AF_XDP here: %v", err)
-	}
 	if err != nil {
+		skipNoXDP(t, err)
 		t.Fatal(err)
 	}
 	defer e.Close()
 	_, err = Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS, XDP: true})
 	if err == nil || !strings.Contains(err.Error(), "XDP") {
 		t.Fatalf("second XDP endpoint on one interface: %v", err)
+	}
+}
+
+// TestXDPZeroAllocs: a batch through the AF_XDP sockets and the Reads
+// that take it allocate nothing after a warm-up.
+func TestXDPZeroAllocs(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	a, b := openXDP(t, netcfg.TwoHostsOptions{}, Config{XDP: true}, Config{XDP: true})
+	allocFree(t, a, b, 256)
+	if st := b.Stats(); st.XDPRxFrames != 52*uint64(a.BatchSize()) {
+		t.Fatalf("%d frames through the AF_XDP socket, want all %d", st.XDPRxFrames, 52*a.BatchSize())
 	}
 }
