@@ -292,6 +292,8 @@ var Matrix = []Case{
 	pt("write_bw_64k_loss", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, lossy),
 	pt("send_bw_64k_loss", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML, lossy),
 	pt("read_bw_64k_loss", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, lossy),
+	pt("read_bw_xdp_loss", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, lossy, withXDP,
+		note("loss on the VM's tap, which goroce's AF_XDP frames cross too")),
 	pt("write_bw_64k_ipv6", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, ipv6),
 	pt("atomic_bw_fadd_loss", "ib_atomic_bw", "atomic_bw", "-A FETCH_AND_ADD -n 2000",
 		[]string{"RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE"}, lossy,

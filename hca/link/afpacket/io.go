@@ -186,14 +186,6 @@ func (e *Endpoint) readOnce(bufs [][]byte, sizes []int, offset int, wait bool) (
 			return 0, io.ErrShortBuffer
 		}
 	}
-	if r.over == nil {
-		// Address space only until a GSO frame is received: large
-		// allocations come zeroed from the OS and are not touched here.
-		r.over = make([][]byte, e.cfg.BatchSize)
-		for i := range r.over {
-			r.over[i] = make([]byte, maxFrame)
-		}
-	}
 	for {
 		if r.pend < r.got {
 			if n := r.deliverPending(bufs[:k], sizes, offset); n > 0 {
@@ -219,6 +211,16 @@ func (e *Endpoint) readOnce(bufs [][]byte, sizes []int, offset int, wait bool) (
 			}
 			if ringEmpty && !wait {
 				return 0, nil // not through the ring's RawConn
+			}
+		}
+		if r.over == nil {
+			// Address space only until a GSO frame is received: large
+			// allocations come zeroed from the OS and are not touched
+			// here. Not before the first look at the packet socket: an
+			// XDP endpoint may never need them.
+			r.over = make([][]byte, e.cfg.BatchSize)
+			for i := range r.over {
+				r.over[i] = make([]byte, maxFrame)
 			}
 		}
 		if r.ring.mem != nil {
