@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/linktest"
 	"github.com/goroce/goroce/hca/link/xsk"
@@ -48,14 +47,7 @@ func TestXDPLinktest(t *testing.T) {
 		})
 		t.Run(name+"/stats", func(t *testing.T) {
 			a, b := openXDP(t, netcfg.TwoHostsOptions{}, cfg, cfg)
-			frames := make([][]byte, 10)
-			for i := range frames {
-				f, err := linktest.Frame(a, b, bth.PSN(i), 100)
-				if err != nil {
-					t.Fatal(err)
-				}
-				frames[i] = f
-			}
+			frames := batch(t, a, b, 10, 100)
 			if n, err := a.Write(frames, 0); err != nil || n != len(frames) {
 				t.Fatalf("Write = %d, %v", n, err)
 			}
@@ -103,14 +95,7 @@ func readN(t *testing.T, e *Endpoint, n int) [][]byte {
 func TestXDPFromGSOPeer(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
 	a, b := openXDP(t, netcfg.TwoHostsOptions{}, Config{}, Config{XDP: true})
-	run := make([][]byte, 16)
-	for i := range run {
-		f, err := linktest.Frame(a, b, bth.PSN(i), 1024)
-		if err != nil {
-			t.Fatal(err)
-		}
-		run[i] = f
-	}
+	run := batch(t, a, b, 16, 1024)
 	single, err := linktest.Frame(a, b, 100, 8)
 	if err != nil {
 		t.Fatal(err)
