@@ -275,7 +275,7 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	q.dev.setSender(q, sending)
 	// Outside q.mu: kick may pump, and the runtime takes its lock before
 	// QP locks.
-	q.dev.rt.kick(q)
+	q.dev.rt.kick(q, q.dev.now())
 	return nil
 }
 
@@ -526,12 +526,13 @@ func (q *QP) PostSend(wr *SendWR) error {
 		}
 	}
 	q.mu.Lock()
-	err := q.eng.PostSend(q.dev.now(), wr)
+	now := q.dev.now()
+	err := q.eng.PostSend(now, wr)
 	q.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("hca: QP 0x%06x post_send WR %d: %w", uint32(q.qpn), wr.ID, err)
 	}
-	q.dev.rt.kick(q)
+	q.dev.rt.kick(q, now)
 	return nil
 }
 
@@ -564,7 +565,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	q.mu.Unlock()
 	if n > 0 {
-		q.dev.rt.kick(q)
+		q.dev.rt.kick(q, now)
 	}
 	return n, err
 }
