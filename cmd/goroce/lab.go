@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"regexp"
 	"strings"
 
 	"github.com/goroce/goroce/hca/netcfg"
@@ -40,7 +39,23 @@ func labHosts(prefix string) [2]labHost {
 // down` deletes only namespaces whose veth carries it.
 func labMarker(prefix string) string { return "goroce lab " + prefix }
 
-var labNameRE = regexp.MustCompile(`^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,29}$`)
+// validLabName reports whether name is 1 to 30 letters, digits, '.', '_'
+// and '-', not starting with '-' (it prefixes namespace and link names).
+// A loop, not a regexp: compiling `{0,29}` at package init cost every
+// goroce command ~0.55 M instructions before main, 6 % of `goroce help`
+// (callgrind: 8.89 M against 8.33 M).
+func validLabName(name string) bool {
+	if len(name) == 0 || len(name) > 30 || name[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 func runLab(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("goroce lab", flag.ContinueOnError)
@@ -71,7 +86,7 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goroce lab: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	if !labNameRE.MatchString(*name) {
+	if !validLabName(*name) {
 		fmt.Fprintf(stderr, "goroce lab: invalid --name %q (letters, digits, '.', '_', '-'; at most 30)\n", *name)
 		return exitUsage
 	}

@@ -143,3 +143,20 @@ func TestLabUpDown(t *testing.T) {
 		t.Fatalf("failed up left %s-a behind: %v", p2, err)
 	}
 }
+
+// TestValidLabName checks the name rule against the regexp it replaced,
+// ^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,29}$, on edge cases.
+func TestValidLabName(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"goroce", true}, {"a", true}, {".x", true}, {"_", true}, {"a-b.c_D9", true},
+		{strings.Repeat("x", 30), true}, {strings.Repeat("x", 31), false},
+		{"", false}, {"-a", false}, {"a/b", false}, {"a b", false}, {"é", false}, {"a\n", false},
+	} {
+		if got := validLabName(c.name); got != c.ok {
+			t.Errorf("validLabName(%q) = %v, want %v", c.name, got, c.ok)
+		}
+	}
+}
