@@ -182,9 +182,21 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 		q.releaseRefs()
 		return nil, fmt.Errorf("%w: max_qp %d", ErrLimit, d.attr.MaxQP)
 	}
-	qpn := d.allocQPN()
+	// The QPs of one SRQ share a shard. Their receives draw on one queue
+	// and may land in the same buffers (perftest posts each QP's share of
+	// an SRQ with one buffer, and any QP may take any WQE): in one shard
+	// they are placed one packet at a time, as by one receive queue,
+	// rather than by two readers writing one buffer at once.
+	shard := -1
+	if ia.SRQ != nil {
+		shard = ia.SRQ.shard
+	}
+	qpn := d.allocQPN(shard)
 	q.qpn = bth.QPN(qpn)
 	q.shard = d.rt.shardOf(qpn)
+	if ia.SRQ != nil && ia.SRQ.shard < 0 {
+		ia.SRQ.shard = d.rt.shardIndex(qpn)
+	}
 	bit := d.rt.readerBit(q.shard)
 	ia.SendCQ.readers.Or(bit)
 	ia.RecvCQ.readers.Or(bit)
@@ -206,15 +218,16 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 	return q, nil
 }
 
-// allocQPN returns an unused 24-bit QPN; d.mu must be held.
-func (d *Device) allocQPN() uint32 {
+// allocQPN returns an unused 24-bit QPN, of shard shard unless it is
+// negative; d.mu must be held.
+func (d *Device) allocQPN(shard int) uint32 {
 	for {
 		n := d.nextQPN
 		d.nextQPN++
 		if d.nextQPN > 0xFFFFFE {
 			d.nextQPN = firstQPN
 		}
-		if d.qps.get(n) == nil {
+		if d.qps.get(n) == nil && (shard < 0 || d.rt.shardIndex(n) == shard) {
 			return n
 		}
 	}

@@ -227,7 +227,12 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 
 // shardOf is the shard of QPN qpn.
 func (rt *runtime) shardOf(qpn uint32) *shard {
-	return rt.shards[qpn%uint32(len(rt.shards))]
+	return rt.shards[rt.shardIndex(qpn)]
+}
+
+// shardIndex is the index of QPN qpn's shard.
+func (rt *runtime) shardIndex(qpn uint32) int {
+	return int(qpn % uint32(len(rt.shards)))
 }
 
 func (rt *runtime) start() {

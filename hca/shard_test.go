@@ -83,3 +83,64 @@ func TestQPsSpreadOverShards(t *testing.T) {
 		}
 	}
 }
+
+// The QPs of one SRQ share a shard, whatever else is created between
+// them, and the QPNs stay unique (TestQPsSpreadOverShards covers QPs
+// without an SRQ).
+func TestSRQQPsShareAShard(t *testing.T) {
+	a, b, err := memlink.Pair(memlink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d, err := Open(a, Options{Shards: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srqs [2]*SRQ
+	for i := range srqs {
+		if srqs[i], err = pd.CreateSRQ(SRQAttr{MaxWR: 8, MaxSGE: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := func(srq *SRQ) *QP {
+		t.Helper()
+		q, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.shard != d.rt.shardOf(uint32(q.qpn)) {
+			t.Fatalf("QP %d on the wrong shard", q.qpn)
+		}
+		return q
+	}
+	first := [2]*shard{}
+	seen := map[uint32]bool{}
+	for i := range 12 {
+		k := i % 2
+		q := create(srqs[k])
+		if seen[uint32(q.qpn)] {
+			t.Fatalf("QPN %d given twice", q.qpn)
+		}
+		seen[uint32(q.qpn)] = true
+		if first[k] == nil {
+			first[k] = q.shard
+		} else if q.shard != first[k] {
+			t.Errorf("QP %d of SRQ %d on another shard than the SRQ's first QP", q.qpn, k)
+		}
+		p := create(nil) // in between, a QP of its own receive queue
+		if seen[uint32(p.qpn)] {
+			t.Fatalf("QPN %d given twice", p.qpn)
+		}
+		seen[uint32(p.qpn)] = true
+	}
+}

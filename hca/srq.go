@@ -94,6 +94,10 @@ type SRQ struct {
 	mu   sync.Mutex
 	refs int
 	dead bool
+	// shard is the index of the runtime shard every QP of this SRQ
+	// belongs to (QPN mod shards), set at its first QP; -1 before. Under
+	// the device's mu.
+	shard int
 }
 
 // SRQAttr are ibv_srq_attr.
@@ -121,7 +125,7 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	if err := pd.ref(); err != nil {
 		return nil, err
 	}
-	s := &SRQ{pd: pd, ring: newRecvRing(attr.MaxWR, attr.MaxSGE)}
+	s := &SRQ{pd: pd, ring: newRecvRing(attr.MaxWR, attr.MaxSGE), shard: -1}
 	s.ring.onLimit = func() { d.raise(AsyncEvent{Type: EventSRQLimitReached, SRQ: s}) }
 	s.ring.limit = attr.Limit
 	d.mu.Lock()
