@@ -22,7 +22,9 @@ package hca
 //     that found the lock taken, and pumps then; it keeps pumping while QPs
 //     still have packets after their budget.
 //
-// Shards spread QPs over cores: a QP belongs to shard QPN mod S, and each
+// Shards spread QPs over cores: a QP belongs to shard QPN mod S (the QPs
+// of one SRQ get QPNs of one shard, so that one reader places their
+// receives, which may share buffers), and each
 // shard has its own lock, active list, timers, transmit buffers, worker and
 // link writer (link.TxQueuer: on the UDP link, its own duplicate of the
 // socket). When the link can also sort received packets by DestQP mod S
