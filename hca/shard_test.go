@@ -42,29 +42,12 @@ func TestShardCount(t *testing.T) {
 // QPs are spread over the shards by QPN, and the link writer of shard 0 is
 // the endpoint itself while the others are transmit queues.
 func TestQPsSpreadOverShards(t *testing.T) {
-	a, b, err := memlink.Pair(memlink.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	d, err := Open(a, Options{Shards: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	a, d, pd, cq := threeShards(t)
 	if len(d.rt.shards) != 3 {
 		t.Fatalf("%d shards, want 3", len(d.rt.shards))
 	}
 	if d.rt.shards[0].w != link.Writer(a) {
 		t.Error("shard 0 does not write through the endpoint")
-	}
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := d.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
 	}
 	per := map[*shard]int{}
 	for range 9 {
@@ -88,26 +71,10 @@ func TestQPsSpreadOverShards(t *testing.T) {
 // them, and the QPNs stay unique (TestQPsSpreadOverShards covers QPs
 // without an SRQ).
 func TestSRQQPsShareAShard(t *testing.T) {
-	a, b, err := memlink.Pair(memlink.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	d, err := Open(a, Options{Shards: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := d.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d, pd, cq := threeShards(t)
 	var srqs [2]*SRQ
 	for i := range srqs {
+		var err error
 		if srqs[i], err = pd.CreateSRQ(SRQAttr{MaxWR: 8, MaxSGE: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -143,4 +110,29 @@ func TestSRQQPsShareAShard(t *testing.T) {
 		}
 		seen[uint32(p.qpn)] = true
 	}
+}
+
+// threeShards opens a device of three shards on one end of a memlink pair,
+// with a PD and a CQ, all closed when t ends; it returns that end too.
+func threeShards(t *testing.T) (link.Endpoint, *Device, *PD, *CQ) {
+	t.Helper()
+	a, b, err := memlink.Pair(memlink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	d, err := Open(a, Options{Shards: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, d, pd, cq
 }
