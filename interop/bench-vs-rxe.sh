@@ -153,6 +153,13 @@ for lm in ${MTUS//,/ }; do
       # receives (connected send, the ACK and the answer in one GSO skb; raw-socket receive,
       # or with --rx-ring a packet socket's RX ring).
       for f in "" "-connect -raw -gso 2" "-connect -ring -gso 2" "-xdp drv" "-xdp skb"; do
+        if [ "$f" = "-xdp drv" ] && [ "$lm" -gt 1500 ]; then
+          # veth refuses native XDP (ERANGE) when the peer's MTU passes what fits a page
+          # (about 3.5 KB) and the program does not take multi-buffer frames, as udplat's
+          # does not: it would only print that error. Generic XDP (-xdp skb) has no limit.
+          FLOOR+="  IB MTU $ib, udplat $f: not run (veth's native XDP refuses link MTU $lm)"$'\n'
+          continue
+        fi
         l=$(vmx "/mnt/host/udplat $f -n $LAT_ITERS bvra 10.98.0.1 bvrb 10.98.0.2" 2>&1 | tail -1)
         echo "=== $(date +%T) udplat $f (guest, link MTU $lm)"$'\n'"$l" >> "$RUNLOG"
         FLOOR+="  IB MTU $ib, udplat ${f:-(plain)}: $l"$'\n'
