@@ -27,10 +27,22 @@ unit: ## go test (with -race), including fuzz seed corpora and root-only tests w
 # -fuzzminimizetime: Go shrinks every new interesting input for up to 60 s by
 # default, and targets with large inputs (udp, afpacket, pcap, transport) spent
 # whole runs shrinking, executing nothing and still passing (session 15).
+#
+# Go 1.26's fuzz coordinator can report "context deadline exceeded" as a
+# failure when -fuzztime ends while a worker is mid-call (golang/go#75804,
+# fixed in Go 1.27), most often on a loaded machine. A real finding always
+# writes its input to testdata/fuzz and says so; only that race, with no
+# input written, is reported and passed over.
 fuzz-smoke: ## run every fuzz target for a short time
 	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg; \
+	    echo "fuzz $$pkg $$f"; \
+	    if ! out=$$($(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg 2>&1); then \
+	      echo "$$out"; \
+	      if echo "$$out" | grep -q '^    context deadline exceeded$$' && ! echo "$$out" | grep -q 'Failing input written'; then \
+	        echo "fuzz $$pkg $$f: the coordinator's end-of-run race (golang/go#75804), no failing input: not a finding"; \
+	      else exit 1; fi; \
+	    else echo "$$out" | tail -1; fi; \
 	  done; done
 
 bench: ## all Go benchmarks with allocation counts
