@@ -12,11 +12,17 @@ import "hash/crc32"
 // the correction is linear in the ID change, the XOR of one precomputed
 // value per changed bit. Those 16 values depend only on how many bytes
 // follow the ID, that is on the packet length; a GSO run has one or two
-// lengths, so a cache makes a correction 16 XORs, not a CRC of the packet.
+// lengths, so a cache makes a correction two table loads, not a CRC of the
+// packet.
 
 // IDBasis holds, for one IPv4 packet length (20-byte header through
-// ICRC), the ICRC change caused by each bit of the identification.
-type IDBasis [16]uint32
+// ICRC), the ICRC change caused by each value of each byte of the
+// identification: lo[x] for the low byte x, hi[x] for the high one. (A
+// loop over the ID's set bits mispredicts a branch per bit: consecutive
+// IDs have no pattern a predictor learns.)
+type IDBasis struct {
+	lo, hi [256]uint32
+}
 
 // rawCRC runs the bare CRC-32 register (no pre- or post-inversion) over p
 // from r: hash/crc32.Update inverts on entry and exit, undone here.
@@ -34,24 +40,34 @@ func NewIDBasis(pktLen int) *IDBasis {
 		return &b
 	}
 	tail := zeros[:pktLen-10]
+	var bits [16]uint32 // the change for each single bit of the ID
 	for bit := range 16 {
 		v := uint16(1) << bit
-		b[bit] = rawCRC(rawCRC(0, []byte{byte(v >> 8), byte(v)}), tail)
+		bits[bit] = rawCRC(rawCRC(0, []byte{byte(v >> 8), byte(v)}), tail)
+	}
+	// Each entry is an earlier one (its lowest set bit cleared) XOR that
+	// bit's change.
+	for x := 1; x < 256; x++ {
+		low := bits16(x)
+		b.lo[x] = b.lo[x&(x-1)] ^ bits[low]
+		b.hi[x] = b.hi[x&(x-1)] ^ bits[8+low]
 	}
 	return &b
 }
 
+// bits16 is the index of x's lowest set bit (x != 0).
+func bits16(x int) int {
+	n := 0
+	for x&1 == 0 {
+		x >>= 1
+		n++
+	}
+	return n
+}
+
 // Delta returns the value to XOR into the ICRC (as the little-endian word
 // at the end of the packet) when the ID changes by XOR with x.
-func (b *IDBasis) Delta(x uint16) uint32 {
-	var d uint32
-	for bit := 0; x != 0; bit, x = bit+1, x>>1 {
-		if x&1 != 0 {
-			d ^= b[bit]
-		}
-	}
-	return d
-}
+func (b *IDBasis) Delta(x uint16) uint32 { return b.lo[x&0xFF] ^ b.hi[x>>8] }
 
 // IDCache maps packet lengths to bases; single owner. The last length is
 // remembered, so a run of equal lengths costs no map lookup.

@@ -152,12 +152,17 @@ func TestParseUDPGSORejects(t *testing.T) {
 }
 
 // TestIDDelta: correcting the ICRC for a new IPv4 ID by linearity equals
-// recomputing it (wire.Decode verifies the ICRC).
+// recomputing it (wire.Decode verifies the ICRC), for IDs that set every
+// value of each byte of the ID.
 func TestIDDelta(t *testing.T) {
 	var c IDCache
+	ids := []uint16{1, 2, 0x00FF, 0x8000, 0xFFFF, 0x1234}
+	for i := range 256 {
+		ids = append(ids, uint16(i)*0x0101^0x5A00, uint16(i)<<8|uint16(255-i))
+	}
 	for _, payload := range []int{0, 1, 256, 1024, 4096} {
 		f := roce(t, false, 0, 5, payload)
-		for _, id := range []uint16{1, 2, 0x00FF, 0x8000, 0xFFFF, 0x1234} {
+		for _, id := range ids {
 			g := bytes.Clone(f)
 			binary.BigEndian.PutUint16(g[4:], id)
 			SetIPv4Checksum(g[:20])
