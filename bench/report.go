@@ -312,8 +312,12 @@ func PrintFooter(w io.Writer, r *Report) {
 	}
 	fmt.Fprintln(w, resultLine)
 	if c := r.Ceiling; c != nil {
-		fmt.Fprintf(w, " Raw UDP path ceiling: %d-byte datagrams, %.0f/s delivered = %.2f MB/sec of %d-byte payloads\n",
-			c.PacketBytes, c.PacketsPerSec, c.PayloadBytesPerSec/(1<<20), c.Payload)
+		how := ""
+		if c.Slices > 0 {
+			how = fmt.Sprintf(" (median of %d slices; whole blast %.0f/s)", c.Slices, c.AveragePacketsPerSec)
+		}
+		fmt.Fprintf(w, " Raw UDP path ceiling: %d-byte datagrams, %.0f/s delivered%s = %.2f MB/sec of %d-byte payloads\n",
+			c.PacketBytes, c.PacketsPerSec, how, c.PayloadBytesPerSec/(1<<20), c.Payload)
 		fmt.Fprintf(w, " goroce / raw UDP ceiling: %.3f\n", r.CeilingRatio)
 	}
 	if c := r.LinkCeiling; c != nil {

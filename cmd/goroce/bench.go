@@ -583,6 +583,7 @@ func measureCeiling(o *benchOpts, ss, cs linkSettings, rep *bench.Report) error 
 		hdr = 48
 	}
 	rep.Ceiling = bench.NewCeiling("udp-blast", size+hdr, rep.MTU.Bytes(), res.Sent, res.Received, res.Duration)
+	rep.Ceiling.MedianOf(res.Rates)
 	if ss.Link == linkUDP || ss.Link == "" {
 		ss.Pcap, cs.Pcap = "", ""
 		dst, err := openLink(ss)

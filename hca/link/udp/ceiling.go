@@ -46,7 +46,14 @@ type BlastConfig struct {
 type BlastResult struct {
 	Sent, Received uint64
 	Duration       time.Duration
+	// Rates is the receive rate (datagrams per second) in each of the
+	// blast's BlastSlices consecutive slices of time, so that a caller can
+	// take a figure a short stall of the host does not drag down.
+	Rates []float64
 }
+
+// BlastSlices is how many slices of time Blast's Rates cover.
+const BlastSlices = 10
 
 // Blast sends datagrams from cfg.Src to cfg.Dst for cfg.Duration while a
 // goroutine receives them (recvmmsg, UDP GRO on: a GSO super-datagram on
@@ -156,8 +163,15 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 		}
 	})
 	start := time.Now()
+	slice := cfg.Duration / BlastSlices
+	sliceAt, sliceBytes := start, uint64(0)
 	var serr error
-	for time.Since(start) < cfg.Duration && ctx.Err() == nil {
+	for now := start; now.Sub(start) < cfg.Duration && ctx.Err() == nil; now = time.Now() {
+		if d := now.Sub(sliceAt); d >= slice && len(res.Rates) < BlastSlices {
+			b := rxBytes.Load()
+			res.Rates = append(res.Rates, float64((b-sliceBytes)/uint64(cfg.Size))/d.Seconds())
+			sliceAt, sliceBytes = now, b
+		}
 		n, errno := mmsg(unix.SYS_SENDMMSG, uintptr(tx), msgs, 0)
 		if errno != 0 {
 			if errno == unix.EINTR || errno == unix.EAGAIN || errno == unix.ENOBUFS {
@@ -168,11 +182,17 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 		}
 		res.Sent += uint64(n * segs)
 	}
-	res.Duration = time.Since(start)
+	end := time.Now()
+	res.Duration = end.Sub(start)
 	time.Sleep(50 * time.Millisecond) // let the receiver drain
 	stop.Store(true)
 	wg.Wait()
 	res.Received = rxBytes.Load() / uint64(cfg.Size)
+	// The last slice ends with the sending; what was still in flight then
+	// has arrived during the drain.
+	if d := end.Sub(sliceAt); d >= slice/2 && len(res.Rates) < BlastSlices {
+		res.Rates = append(res.Rates, float64((rxBytes.Load()-sliceBytes)/uint64(cfg.Size))/d.Seconds())
+	}
 	if serr == nil && ctx.Err() != nil {
 		serr = ctx.Err()
 	}

@@ -31,6 +31,22 @@ func TestBlast(t *testing.T) {
 			if res.Sent == 0 || res.Received == 0 || res.Received > res.Sent || res.Duration < 200*time.Millisecond {
 				t.Fatalf("%+v", res)
 			}
+			if len(res.Rates) != BlastSlices {
+				t.Fatalf("%d slice rates, want %d: %v", len(res.Rates), BlastSlices, res.Rates)
+			}
+			// Slices are 20 ms, and one may see nothing on a loaded
+			// host (CI runs packages side by side); all of them cannot,
+			// and no rate can be negative.
+			var sum float64
+			for i, r := range res.Rates {
+				if r < 0 {
+					t.Errorf("slice %d: rate %v: %v", i, r, res.Rates)
+				}
+				sum += r
+			}
+			if sum == 0 {
+				t.Errorf("no slice saw a datagram arrive, yet %d did", res.Received)
+			}
 			t.Logf("%s: %d sent, %d received in %v (%.2f GB/s of datagrams)", tc.name, res.Sent, res.Received, res.Duration,
 				float64(res.Received)*4112/res.Duration.Seconds()/1e9)
 		})
