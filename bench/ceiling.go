@@ -39,6 +39,21 @@ type Ceiling struct {
 	// AveragePacketsPerSec the whole blast's Delivered / Duration.
 	Slices               int     `json:"slices,omitempty"`
 	AveragePacketsPerSec float64 `json:"average_packets_per_s,omitempty"`
+	// Blasts, when set, lists the payload rate of each blast the ceiling
+	// is the best of (BestCeiling), in the order they ran.
+	Blasts []float64 `json:"blasts_payload_bytes_per_s,omitempty"`
+}
+
+// BestCeiling returns the faster of blasts a and b (same payload size),
+// with both figures in its Blasts: a ceiling is what the path can do, and
+// one blast can run while the host is busy elsewhere.
+func BestCeiling(a, b *Ceiling) *Ceiling {
+	best := *a
+	if b.PayloadBytesPerSec > a.PayloadBytesPerSec {
+		best = *b
+	}
+	best.Blasts = []float64{a.PayloadBytesPerSec, b.PayloadBytesPerSec}
+	return &best
 }
 
 // MedianOf makes the ceiling the median of rates, the receive rates

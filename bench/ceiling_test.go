@@ -33,3 +33,22 @@ func TestCeilingMedianOf(t *testing.T) {
 		t.Errorf("no rates: %+v", c)
 	}
 }
+
+// TestBestCeiling: the faster blast is the ceiling, either order, with
+// both figures kept in running order.
+func TestBestCeiling(t *testing.T) {
+	slow := NewCeiling("udp-blast", 4140, 4096, 100, 100, time.Second)
+	fast := NewCeiling("udp-blast", 4140, 4096, 300, 300, time.Second)
+	for _, tc := range []struct{ a, b *Ceiling }{{slow, fast}, {fast, slow}} {
+		c := BestCeiling(tc.a, tc.b)
+		if c.PacketsPerSec != 300 || c.Delivered != 300 {
+			t.Errorf("best of %v and %v: %+v", tc.a.PacketsPerSec, tc.b.PacketsPerSec, c)
+		}
+		if len(c.Blasts) != 2 || c.Blasts[0] != tc.a.PayloadBytesPerSec || c.Blasts[1] != tc.b.PayloadBytesPerSec {
+			t.Errorf("blasts %v", c.Blasts)
+		}
+	}
+	if slow.Blasts != nil || fast.Blasts != nil {
+		t.Error("BestCeiling changed its arguments")
+	}
+}

@@ -316,6 +316,10 @@ func PrintFooter(w io.Writer, r *Report) {
 		if c.Slices > 0 {
 			how = fmt.Sprintf(" (median of %d slices; whole blast %.0f/s)", c.Slices, c.AveragePacketsPerSec)
 		}
+		if len(c.Blasts) == 2 {
+			how += fmt.Sprintf(", the better of blasts before and after the run (%.2f and %.2f MB/sec)",
+				c.Blasts[0]/(1<<20), c.Blasts[1]/(1<<20))
+		}
 		fmt.Fprintf(w, " Raw UDP path ceiling: %d-byte datagrams, %.0f/s delivered%s = %.2f MB/sec of %d-byte payloads\n",
 			c.PacketBytes, c.PacketsPerSec, how, c.PayloadBytesPerSec/(1<<20), c.Payload)
 		fmt.Fprintf(w, " goroce / raw UDP ceiling: %.3f\n", r.CeilingRatio)

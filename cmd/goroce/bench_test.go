@@ -155,6 +155,12 @@ func TestBenchLoopbackJSON(t *testing.T) {
 	if !strings.Contains(out, `"ceiling_ratio":`) {
 		t.Fatal("no ceiling_ratio field")
 	}
+	// The raw ceiling: the better of the blasts before and after the run,
+	// each the median of its slices.
+	c := j.Ceiling
+	if len(c.Blasts) != 2 || c.PayloadBytesPerSec != max(c.Blasts[0], c.Blasts[1]) || c.Slices == 0 || !(c.AveragePacketsPerSec > 0) {
+		t.Fatalf("raw ceiling %+v", c)
+	}
 }
 
 // --run_infinitely prints a line per -D interval until the client is
