@@ -51,6 +51,14 @@ DATA reduce<>+16(SB)/8, $0x1db710641
 DATA reduce<>+24(SB)/8, $0x1f7011641
 GLOBL reduce<>(SB), RODATA, $32
 
+// FOLD carries each 128-bit lane of acc forward by Z0's distance and adds
+// add: acc = lo(acc)·k_lo ⊕ hi(acc)·k_hi ⊕ add, lane by lane (tmp is
+// scratch).
+#define FOLD(acc, tmp, add) \
+	VPCLMULQDQ $0x11, Z0, acc, tmp \
+	VPCLMULQDQ $0x00, Z0, acc, acc \
+	VPTERNLOGD $0x96, add, tmp, acc
+
 // func fold512x4(crc uint32, p *byte, n int) uint32
 //
 // Returns the raw CRC register (no inversions) over the n bytes at p (n >=
@@ -74,61 +82,45 @@ TEXT ·fold512x4(SB), NOSPLIT, $0-28
 	VMOVDQU64 fold256<>+0(SB), Z0
 
 loop256:
-	CMPQ CX, $256
-	JB   merge
-	VMOVDQU64  (SI), Z11
-	VMOVDQU64  64(SI), Z12
-	VMOVDQU64  128(SI), Z13
-	VMOVDQU64  192(SI), Z14
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x11, Z0, Z2, Z6
-	VPCLMULQDQ $0x11, Z0, Z3, Z7
-	VPCLMULQDQ $0x11, Z0, Z4, Z8
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPCLMULQDQ $0x00, Z0, Z2, Z2
-	VPCLMULQDQ $0x00, Z0, Z3, Z3
-	VPCLMULQDQ $0x00, Z0, Z4, Z4
-	VPTERNLOGD $0x96, Z11, Z5, Z1
-	VPTERNLOGD $0x96, Z12, Z6, Z2
-	VPTERNLOGD $0x96, Z13, Z7, Z3
-	VPTERNLOGD $0x96, Z14, Z8, Z4
-	ADDQ       $256, SI
-	SUBQ       $256, CX
-	JMP        loop256
+	CMPQ      CX, $256
+	JB        merge
+	VMOVDQU64 (SI), Z11
+	VMOVDQU64 64(SI), Z12
+	VMOVDQU64 128(SI), Z13
+	VMOVDQU64 192(SI), Z14
+	FOLD(Z1, Z5, Z11)
+	FOLD(Z2, Z6, Z12)
+	FOLD(Z3, Z7, Z13)
+	FOLD(Z4, Z8, Z14)
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+	JMP       loop256
 
 merge:
-	// Fold each accumulator into the next: Z4 then stands for all bytes
+	// Fold each accumulator onto the next: Z1 then stands for all bytes
 	// consumed so far.
-	VMOVDQU64  fold64<>+0(SB), Z0
-	VPCLMULQDQ $0x11, Z0, Z1, Z5
-	VPCLMULQDQ $0x00, Z0, Z1, Z1
-	VPTERNLOGD $0x96, Z5, Z1, Z2
-	VPCLMULQDQ $0x11, Z0, Z2, Z5
-	VPCLMULQDQ $0x00, Z0, Z2, Z2
-	VPTERNLOGD $0x96, Z5, Z2, Z3
-	VPCLMULQDQ $0x11, Z0, Z3, Z5
-	VPCLMULQDQ $0x00, Z0, Z3, Z3
-	VPTERNLOGD $0x96, Z5, Z3, Z4
+	VMOVDQU64 fold64<>+0(SB), Z0
+	FOLD(Z1, Z5, Z2)
+	FOLD(Z1, Z5, Z3)
+	FOLD(Z1, Z5, Z4)
 
 loop64:
-	CMPQ       CX, $64
-	JB         done
-	VMOVDQU64  (SI), Z11
-	VPCLMULQDQ $0x11, Z0, Z4, Z5
-	VPCLMULQDQ $0x00, Z0, Z4, Z4
-	VPTERNLOGD $0x96, Z11, Z5, Z4
-	ADDQ       $64, SI
-	SUBQ       $64, CX
-	JMP        loop64
+	CMPQ      CX, $64
+	JB        done
+	VMOVDQU64 (SI), Z11
+	FOLD(Z1, Z5, Z11)
+	ADDQ      $64, SI
+	SUBQ      $64, CX
+	JMP       loop64
 
 done:
-	// Fold the four 128-bit lanes onto the last: X5 = lane 3 of Z4
+	// Fold the four 128-bit lanes onto the last: X1 = lane 3 of Z1
 	// xor the three others carried forward.
 	VMOVDQU64     foldLanes<>+0(SB), Z0
-	VPCLMULQDQ    $0x11, Z0, Z4, Z5
-	VPCLMULQDQ    $0x00, Z0, Z4, Z6
-	VEXTRACTI32X4 $3, Z4, X7
-	VPTERNLOGD    $0x96, Z6, Z5, Z7 // lanes 0-2: the products; lane 3: Z4's
+	VPCLMULQDQ    $0x11, Z0, Z1, Z5
+	VPCLMULQDQ    $0x00, Z0, Z1, Z6
+	VEXTRACTI32X4 $3, Z1, X7
+	VPTERNLOGD    $0x96, Z6, Z5, Z7 // lanes 0-2: the products; lane 3: Z1's
 	VEXTRACTI64X4 $1, Z7, Y6
 	VPXORQ        Y6, Y7, Y7
 	VEXTRACTI128  $1, Y7, X6
