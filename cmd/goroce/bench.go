@@ -540,7 +540,9 @@ func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Wr
 		// A first raw blast before the run, on the MTU the run will agree
 		// (the port's, or -m's if lower): the server device opens only to
 		// tell it, then lets go of the address for the blast.
-		d, err := openDevice(ss, "", name)
+		probe := ss
+		probe.Pcap = "" // the run's capture starts with the run
+		d, err := openDevice(probe, "", name)
 		if err != nil {
 			return nil, err
 		}
