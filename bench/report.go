@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bench/exchange"
+	"github.com/goroce/goroce/wire"
 )
 
 // resultLine is perftest's RESULT_LINE.
@@ -355,6 +356,10 @@ type JSONReport struct {
 	Peer          string  `json:"peer_version"`
 	LocalQPNs     []int   `json:"local_qpns"`
 	RemoteQPNs    []int   `json:"remote_qpns"`
+	// ICRC names the CRC-32 implementation this process computes ICRCs
+	// with (wire.CRCImplementation): it decides a good part of the
+	// bandwidth, and it is picked by timing at start-up.
+	ICRC string `json:"icrc_implementation"`
 	// Results: bandwidth in bytes/s (and MB/s as perftest prints, MB =
 	// 2^20), latency in microseconds.
 	Results          []JSONResult `json:"results"`
@@ -391,7 +396,7 @@ func ToJSON(r *Report) JSONReport {
 	p := &r.Params
 	j := JSONReport{Mode: p.Mode.String(), Role: "server", Conn: p.Conn.String(), Device: r.Device, QPs: p.QPs, MTU: r.MTU.Bytes(),
 		GIDIndex: r.GIDIndex, TxDepth: p.TxDepth, Peer: r.RemoteVersion, DurationS: p.Duration.Seconds(),
-		LocalQPNs: []int{}, RemoteQPNs: []int{}, Results: []JSONResult{}}
+		LocalQPNs: []int{}, RemoteQPNs: []int{}, Results: []JSONResult{}, ICRC: wire.CRCImplementation()}
 	if r.Client {
 		j.Role = "client"
 	}

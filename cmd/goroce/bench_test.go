@@ -19,6 +19,7 @@ import (
 
 	"github.com/goroce/goroce/bench"
 	"github.com/goroce/goroce/hca/netcfg"
+	"github.com/goroce/goroce/wire"
 )
 
 func TestBenchUsageErrors(t *testing.T) {
@@ -154,6 +155,9 @@ func TestBenchLoopbackJSON(t *testing.T) {
 	}
 	if !strings.Contains(out, `"ceiling_ratio":`) {
 		t.Fatal("no ceiling_ratio field")
+	}
+	if j.ICRC != wire.CRCImplementation() {
+		t.Errorf("icrc_implementation %q, want this process's %q", j.ICRC, wire.CRCImplementation())
 	}
 	// The raw ceiling: the better of the blasts before and after the run,
 	// each the median of its slices.
