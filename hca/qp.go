@@ -541,11 +541,16 @@ func (q *QP) PostSend(wr *SendWR) error {
 	q.mu.Lock()
 	now := q.dev.now()
 	err := q.eng.PostSend(now, wr)
+	deep := q.eng.InFlight() >= deepPipe
 	q.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("hca: QP 0x%06x post_send WR %d: %w", uint32(q.qpn), wr.ID, err)
 	}
-	q.dev.rt.kick(q, now)
+	if deep {
+		q.dev.rt.kickLater(q, now)
+	} else {
+		q.dev.rt.kick(q, now)
+	}
 	return nil
 }
 
@@ -576,8 +581,12 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		}
 		n++
 	}
+	deep := q.eng.InFlight() >= deepPipe
 	q.mu.Unlock()
-	if n > 0 {
+	switch {
+	case n > 0 && deep:
+		q.dev.rt.kickLater(q, now)
+	case n > 0:
 		q.dev.rt.kick(q, now)
 	}
 	return n, err
