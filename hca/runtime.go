@@ -13,6 +13,9 @@ package hca
 //  2. PostSend and Modify put the QP on its shard's doorbell list and, if
 //     the shard lock is free, pump in the caller's goroutine (as rxe runs
 //     its requester task inline); otherwise they wake the shard's worker.
+//     A post behind a deep pipe (deepPipe unacknowledged packets) always
+//     leaves the pump to the worker, or to a busy poller's next round, so
+//     that the posts made meanwhile leave in one batch (kickLater).
 //  3. Pumping fires due engine timers (a heap of deadlines), then asks every
 //     active QP for packets (Transmit) until it has no more or its budget is
 //     spent, wraps each in its frame (wire.Finish) and writes them to the
