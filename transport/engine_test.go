@@ -363,3 +363,46 @@ func TestAtomics(t *testing.T) {
 		}
 	}
 }
+
+// InFlight counts an RC requester's unacknowledged packets, across the
+// PSN wrap, and is 0 once they are acknowledged; UC, which has no
+// acknowledgements, always reports 0 (the HCA would otherwise treat every
+// UC QP as one with a deep pipe after 32 packets).
+func TestInFlight(t *testing.T) {
+	for _, typ := range []transport.QPType{transport.RC, transport.UC} {
+		p := newPair(t, pairOpt{typ: typ, psnA: 0xFFFFFE, psnB: 0x100, seed: 3})
+		src := p.mem.Register(1, 4096, allAccess)
+		dst := p.mem.Register(2, 4096, allAccess)
+		wr := transport.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{src.SGE(0, 4096)}, RemoteAddr: dst.Addr, RKey: dst.RKey}
+		if err := p.a.QP.PostSend(0, &wr); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.a.QP.InFlight(); got != 0 {
+			t.Errorf("%v: %d in flight before anything was sent; want 0", typ, got)
+		}
+		buf := make([]byte, 2048)
+		sent := 0
+		for {
+			if _, _, ok := p.a.QP.Transmit(0, buf); !ok {
+				break
+			}
+			sent++
+		}
+		want := int32(4) // 4 KiB at MTU 1024, PSNs 0xFFFFFE..0x000001
+		if typ != transport.RC {
+			want = 0
+		}
+		if sent != 4 || p.a.QP.InFlight() != want {
+			t.Errorf("%v: %d packets sent, %d in flight; want 4 and %d", typ, sent, p.a.QP.InFlight(), want)
+		}
+		if typ == transport.RC {
+			// The 4 packets above were dropped: the retransmission
+			// delivers them and the ACK empties the pipe.
+			p.run(1, 0)
+			if got := p.a.QP.InFlight(); got != 0 {
+				t.Errorf("RC: %d in flight after the WRITE completed; want 0", got)
+			}
+		}
+	}
+}

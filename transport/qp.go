@@ -230,11 +230,17 @@ func SameWindow(a, b uint32) bool {
 	return true
 }
 
-// InFlight is the number of packets the requester has sent that are not yet
-// acknowledged (reqPSN - compPSN): how deep the QP's pipe is. The HCA uses
-// it to tell a post that must leave at once (an idle pipe: latency) from
-// one that can wait for the next batch (a deep pipe: bandwidth).
-func (q *QP) InFlight() int32 { return q.reqPSN.Sub(q.compPSN) }
+// InFlight is the number of packets an RC requester has sent that are not
+// yet acknowledged (reqPSN - compPSN): how deep the QP's pipe is. The HCA
+// uses it to tell a post that must leave at once (an idle pipe: latency)
+// from one that can wait for the next batch (a deep pipe: bandwidth). UC
+// and UD have no acknowledgements (compPSN stays where RTS put it): 0.
+func (q *QP) InFlight() int32 {
+	if q.cfg.Type != RC {
+		return 0
+	}
+	return q.reqPSN.Sub(q.compPSN)
+}
 
 // WindowMax is the largest unacknowledged-PSN window the requester may
 // reach now: its path MTU's and SetWindowLimit's.
