@@ -304,7 +304,8 @@ const deepPipe = 32
 // must not hold q.mu.
 //
 // Measured on loopback (write_bw 64 KiB, 1 QP, docs/performance.md
-// session 23): half the sendmmsg and recvmmsg calls, +12 % bandwidth.
+// session 23): half the sendmmsg and recvmmsg calls, 7-12 % more
+// bandwidth; 2.5x for 4 KiB messages.
 func (rt *runtime) kickLater(q *QP, now transport.Time) {
 	s := q.shard
 	s.rungAdd(q)
