@@ -199,6 +199,7 @@ func (q *QP) ackProgress(now Time, grow bool, acked int32) {
 	}
 	q.resetRetry()
 	q.syncReq()
+	q.acked = true
 	switch {
 	case q.ssthresh == 0 || q.window < q.ssthresh:
 		// Slow start: one more PSN per PSN acknowledged, so the window

@@ -55,8 +55,13 @@ func (q *QP) Window() uint32 { return q.window }
 
 // SetWindow sets the requester's current window as a loss leaves it (the
 // slow-start threshold at the window too: it grows by one per
-// acknowledgment from there), for tests of its growth.
-func (q *QP) SetWindow(n uint32) { q.window, q.ssthresh = n, n }
+// acknowledgment from there) on a connection that has seen
+// acknowledgments, for tests of its growth and of timeouts.
+func (q *QP) SetWindow(n uint32) { q.window, q.ssthresh, q.acked = n, n, true }
+
+// SlowStartThreshold is the window below which the window doubles per
+// round trip (0: no loss has set it).
+func (q *QP) SlowStartThreshold() uint32 { return q.ssthresh }
 
 // Outstanding is the number of PSNs sent and not yet acknowledged.
 func (q *QP) Outstanding() int { return int(q.reqPSN.Sub(q.compPSN)) }

@@ -20,7 +20,9 @@ const (
 	// halves the window (not below 128) on every go-back-N caused by loss
 	// (a sequence NAK or a local ACK timeout) or by an RNR NAK (which
 	// drops what was sent after it as surely), and from there grows it by
-	// one per acknowledgment that makes progress. On a clean path a long
+	// one per acknowledgment that makes progress. A timeout before the
+	// first acknowledgment is the exception: it resends the first flight
+	// and leaves slow start on (Tick). On a clean path a long
 	// transfer is not held back by the round trip of its ACKs; on a lossy
 	// one the window falls back to rxe's, so that a loss does not cost
 	// thousands of retransmitted packets each time; and the first flight
@@ -149,6 +151,10 @@ type QP struct {
 	rnrWait      bool
 	rnrAt        Time
 	retryPending bool // a NAK started a retry: ignore further NAKs until progress
+	// acked: an acknowledgment has made progress since the window was
+	// last reset. Until then a local ACK timeout leaves the window alone
+	// (Tick).
+	acked bool
 
 	resp responder
 
@@ -200,7 +206,7 @@ func (q *QP) reset() {
 	q.reqPSN, q.reqOff, q.noackPkts, q.rdAtomic, q.nextPSN = 0, 0, 0, 0, 0
 	q.compPSN, q.retryLeft, q.rnrLeft = 0, 0, 0
 	q.winMax = maxWindow(q.pmtu, q.winBytes)
-	q.window, q.ssthresh = MinUnackedPSNs, 0
+	q.window, q.ssthresh, q.acked = MinUnackedPSNs, 0, false
 	q.timerArmed, q.rnrWait, q.retryPending = false, false, false
 	q.timerAt, q.rnrAt = 0, 0
 	q.resp.reset()
@@ -342,7 +348,7 @@ func (q *QP) Modify(now Time, attr *Attr, mask AttrMask) error {
 	if mask&AttrPathMTU != 0 {
 		q.pmtu = uint32(attr.PathMTU.Bytes())
 		q.winMax = maxWindow(q.pmtu, q.winBytes)
-		q.window, q.ssthresh = MinUnackedPSNs, 0
+		q.window, q.ssthresh, q.acked = MinUnackedPSNs, 0, false
 	}
 	if mask&AttrDestQPN != 0 {
 		q.destQPN = attr.DestQPN
@@ -717,7 +723,20 @@ func (q *QP) Tick(now Time) {
 			q.retryLeft--
 		}
 		q.retryPending = false
-		q.shrinkWindow()
+		// Before the first acknowledgment the window is still the first
+		// flight's, the least it can be, and a timeout says more about a
+		// peer that is slow to start than about the path: in the TCG
+		// guest of bench-vs-rxe a fresh peer can take ~100 ms to
+		// acknowledge its first packets (code run for the first time,
+		// pages touched for the first time), longer than perftest's
+		// 67 ms timeout. Halving there set ssthresh to the floor and
+		// ended slow start, and the window regrew by one PSN per
+		// acknowledgment for the rest of the connection: a third of the
+		// bandwidth. The first flight is resent all the same, and a
+		// sequence NAK still halves.
+		if q.acked {
+			q.shrinkWindow()
+		}
 		q.goBack()
 	}
 }
