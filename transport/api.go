@@ -417,8 +417,12 @@ type Stats struct {
 	RNRNAKsReceived          uint64
 	SeqNAKsReceived          uint64
 	RetryTimeouts            uint64
-	RxDropped                uint64 // malformed or not acceptable in the current state
-	CompletionErrors         uint64
+	// SpuriousTimeouts counts local ACK timeouts found spurious
+	// afterwards (the peer acknowledged packets sent before the timeout
+	// and not resent since), whose halving of the window was undone.
+	SpuriousTimeouts uint64
+	RxDropped        uint64 // malformed or not acceptable in the current state
+	CompletionErrors uint64
 	// NAKsSent counts NAKs other than PSN sequence and RNR (invalid
 	// request, remote access, remote operational).
 	NAKsSent uint64

@@ -198,6 +198,26 @@ func (q *QP) ackProgress(now Time, grow bool, acked int32) {
 		return
 	}
 	q.resetRetry()
+	if q.undo {
+		// An acknowledgment since a local ACK timeout, while go-back-N
+		// has not yet resent everything sent before it. One beyond what
+		// it has resent (reqPSN) acknowledges the first transmission,
+		// which the peer had therefore received: the timeout measured a
+		// stall (in a TCG guest on a busy host, a vCPU descheduled for
+		// longer than the timeout, the ACKs waiting in its socket), not
+		// a loss, and the halving is undone, as TCP's F-RTO (RFC 5682)
+		// undoes a spurious retransmission timeout. Acknowledgments
+		// within the resent range may answer either transmission; once
+		// everything is resent, none can tell, and the halving stands.
+		switch {
+		case q.reqPSN.Less(q.compPSN):
+			q.undo = false
+			q.window, q.ssthresh = q.undoWin, q.undoThresh
+			q.stats.SpuriousTimeouts++
+		case !q.reqPSN.Less(q.undoPSN):
+			q.undo = false
+		}
+	}
 	q.syncReq()
 	q.acked = true
 	switch {
@@ -269,6 +289,7 @@ func (q *QP) nakRetry() {
 // shrinkWindow halves the unacknowledged-PSN window after a loss or an RNR
 // NAK (not below MinUnackedPSNs).
 func (q *QP) shrinkWindow() {
+	q.undo = false
 	q.window = max(MinUnackedPSNs, q.window/2)
 	q.ssthresh = q.window
 }

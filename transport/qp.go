@@ -142,19 +142,32 @@ type QP struct {
 	rdAtomic  int     // READ/ATOMIC WQEs in [sqHead, reqIdx)
 	nextPSN   bth.PSN // PSN after the last WQE with PSNs assigned
 
+	// The last local ACK timeout halved the window from undoWin
+	// (threshold undoThresh) when undoPSN was the next PSN to send; while
+	// undo, go-back-N has not resent up to undoPSN yet, and an
+	// acknowledgment beyond what it has resent proves the timeout
+	// spurious and undoes the halving (ackProgress).
+	undoWin, undoThresh uint32
+	undoPSN             bth.PSN
+
 	// Completer.
-	compPSN      bth.PSN // oldest unacknowledged PSN
-	retryLeft    uint8
-	rnrLeft      uint8
+	compPSN   bth.PSN // oldest unacknowledged PSN
+	retryLeft uint8
+	rnrLeft   uint8
+	// The flags sit together, ahead of the times: the QP then stays
+	// within 760 bytes, the 768-byte size class less the 8-byte header Go
+	// puts before an allocation of over 512 bytes with pointers
+	// (BenchmarkMemory: 1557 B per connected QP, 1685 one field later).
 	timerArmed   bool
-	timerAt      Time
 	rnrWait      bool
-	rnrAt        Time
 	retryPending bool // a NAK started a retry: ignore further NAKs until progress
 	// acked: an acknowledgment has made progress since the window was
 	// last reset. Until then a local ACK timeout leaves the window alone
 	// (Tick).
-	acked bool
+	acked   bool
+	undo    bool // see undoWin
+	timerAt Time
+	rnrAt   Time
 
 	resp responder
 
@@ -206,7 +219,7 @@ func (q *QP) reset() {
 	q.reqPSN, q.reqOff, q.noackPkts, q.rdAtomic, q.nextPSN = 0, 0, 0, 0, 0
 	q.compPSN, q.retryLeft, q.rnrLeft = 0, 0, 0
 	q.winMax = maxWindow(q.pmtu, q.winBytes)
-	q.window, q.ssthresh, q.acked = MinUnackedPSNs, 0, false
+	q.window, q.ssthresh, q.acked, q.undo = MinUnackedPSNs, 0, false, false
 	q.timerArmed, q.rnrWait, q.retryPending = false, false, false
 	q.timerAt, q.rnrAt = 0, 0
 	q.resp.reset()
@@ -348,7 +361,7 @@ func (q *QP) Modify(now Time, attr *Attr, mask AttrMask) error {
 	if mask&AttrPathMTU != 0 {
 		q.pmtu = uint32(attr.PathMTU.Bytes())
 		q.winMax = maxWindow(q.pmtu, q.winBytes)
-		q.window, q.ssthresh, q.acked = MinUnackedPSNs, 0, false
+		q.window, q.ssthresh, q.acked, q.undo = MinUnackedPSNs, 0, false, false
 	}
 	if mask&AttrDestQPN != 0 {
 		q.destQPN = attr.DestQPN
@@ -735,7 +748,11 @@ func (q *QP) Tick(now Time) {
 		// bandwidth. The first flight is resent all the same, and a
 		// sequence NAK still halves.
 		if q.acked {
+			// A loss, or a stall that the acknowledgments to come may
+			// reveal (ackProgress then undoes the halving).
+			w, th := q.window, q.ssthresh
 			q.shrinkWindow()
+			q.undo, q.undoWin, q.undoThresh, q.undoPSN = true, w, th, q.reqPSN
 		}
 		q.goBack()
 	}

@@ -471,6 +471,69 @@ func TestFirstFlightTimeout(t *testing.T) {
 	})
 }
 
+// A local ACK timeout whose first transmission the peer had received (the
+// requester stalled longer than the timeout, as a vCPU of a TCG guest on a
+// busy host does, and its ACKs waited) is found spurious by the
+// acknowledgments after it: go-back-N resent only up to the halved window,
+// and one of them acknowledges beyond that (the ACKs before it, within
+// the resent range, prove nothing and do not end the check). The halving is
+// undone, as TCP's F-RTO does. When the first transmission was lost, the
+// acknowledgments that come are for the resent packets and the halving
+// stands.
+func TestSpuriousTimeoutUndone(t *testing.T) {
+	const mtu = bth.MTU1024
+	const win = 1024
+	for _, lost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stall", true: "loss"}[lost], func(t *testing.T) {
+			p, src, dst := postWrite(t, mtu, 4*win, 9)
+			A, B := p.a.QP, p.b.QP
+			A.SetWindow(win)
+			var now transport.Time
+			burst := xmit(A, now)
+			if len(burst) != win+1 {
+				t.Fatalf("burst of %d packets, want %d", len(burst), win+1)
+			}
+			now = A.Deadline()
+			A.Tick(now)
+			if w := A.Window(); w != win/2 {
+				t.Fatalf("timeout: window %d, want %d", w, win/2)
+			}
+			resent := xmit(A, now)
+			if len(resent) != win/2+1 || describe(resent) != describe(burst[:win/2+1]) {
+				t.Fatalf("resent %d packets, want the first %d of the burst", len(resent), win/2+1)
+			}
+			// The peer's ACKs, one per 64 packets as they were
+			// received: the first ones acknowledge packets that
+			// go-back-N has resent too, and prove nothing.
+			var acks [][]byte
+			if !lost {
+				for i := 0; i < len(burst); i += 64 {
+					deliver(B, now, burst[i:min(i+64, len(burst))]...)
+					acks = append(acks, xmit(B, now)...)
+				}
+				if len(acks) < 4 {
+					t.Fatalf("%d ACKs for the first transmission, want one per 64 packets or so", len(acks))
+				}
+			}
+			deliver(B, now, resent...)
+			acks = append(acks, xmit(B, now)...)
+			deliver(A, now, acks...)
+			w, th, spurious := A.Window(), A.SlowStartThreshold(), A.Stats().SpuriousTimeouts
+			if lost {
+				if spurious != 0 || th != win/2 || w < win/2 || w > win/2+1 {
+					t.Fatalf("after a real loss: window %d, threshold %d, %d spurious; want ~%d, %d, 0", w, th, spurious, win/2, win/2)
+				}
+			} else if spurious != 1 || th != win || w < win {
+				t.Fatalf("after a stall: window %d, threshold %d, %d spurious; want >= %d, %d, 1", w, th, spurious, win, win)
+			}
+			p.run(1, 0)
+			if !bytes.Equal(dst.Buf, src.Buf) {
+				t.Fatal("data differs")
+			}
+		})
+	}
+}
+
 // SetWindowLimit caps the window at a byte budget (hca gives each of a
 // device's sending QPs its share): a burst stops at the cap, a window above
 // it shrinks at once, the cap never goes below MinUnackedPSNs, survives a
