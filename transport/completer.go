@@ -211,8 +211,10 @@ func (q *QP) ackProgress(now Time, grow bool, acked int32) {
 		// everything is resent, none can tell, and the halving stands.
 		switch {
 		case q.reqPSN.Less(q.compPSN):
+			// Within the largest window as it is now: SetWindowLimit
+			// may have lowered it since.
 			q.undo = false
-			q.window, q.ssthresh = q.undoWin, q.undoThresh
+			q.window, q.ssthresh = min(q.undoWin, q.winMax), min(q.undoThresh, q.winMax)
 			q.stats.SpuriousTimeouts++
 		case !q.reqPSN.Less(q.undoPSN):
 			q.undo = false

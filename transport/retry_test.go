@@ -532,6 +532,32 @@ func TestSpuriousTimeoutUndone(t *testing.T) {
 			}
 		})
 	}
+	// The undone window stays within a limit set since the timeout (hca
+	// shares the device's window among its sending QPs).
+	t.Run("limit lowered", func(t *testing.T) {
+		p, _, _ := postWrite(t, mtu, 4*win, 10)
+		A, B := p.a.QP, p.b.QP
+		A.SetWindow(win)
+		burst := xmit(A, 0)
+		now := A.Deadline()
+		A.Tick(now)
+		resent := xmit(A, now)
+		const limit = 3 * win / 4
+		A.SetWindowLimit(limit * uint32(mtu.Bytes()))
+		var acks [][]byte
+		for i := 0; i < len(burst); i += 64 {
+			deliver(B, now, burst[i:min(i+64, len(burst))]...)
+			acks = append(acks, xmit(B, now)...)
+		}
+		deliver(B, now, resent...)
+		deliver(A, now, append(acks, xmit(B, now)...)...)
+		if A.Stats().SpuriousTimeouts != 1 {
+			t.Fatalf("%d spurious timeouts, want 1", A.Stats().SpuriousTimeouts)
+		}
+		if w, th := A.Window(), A.SlowStartThreshold(); w > limit || th > limit {
+			t.Fatalf("undone past the limit: window %d, threshold %d, limit %d", w, th, limit)
+		}
+	})
 }
 
 // SetWindowLimit caps the window at a byte budget (hca gives each of a
