@@ -221,7 +221,7 @@ func (q *QP) ackProgress(now Time, grow bool, acked int32) {
 		}
 	}
 	q.syncReq()
-	q.acked = true
+	q.acked, q.probe = true, false
 	switch {
 	case q.ssthresh == 0 || q.window < q.ssthresh:
 		// Slow start: one more PSN per PSN acknowledged, so the window

@@ -38,8 +38,9 @@
 //     length, execute, queue the answer) and responses to the completer
 //     (implicit ACKs, NAKs, READ data, atomic results, completions in
 //     order).
-//  4. Tick: local ACK timeout → go-back-N or RETRY_EXC_ERR; RNR wait over
-//     → go-back-N from the NAKed PSN.
+//  4. Tick: local ACK timeout → go-back-N (one packet, with AckReq, until
+//     an acknowledgment makes progress) or RETRY_EXC_ERR; RNR wait over →
+//     go-back-N from the NAKed PSN.
 //
 // The requester's position is kept three ways that must always agree: the
 // WQE it is at, the bytes of that WQE already sent and the next PSN (the
@@ -70,6 +71,10 @@
 //     it executes the next request).
 //   - UC and UD requests carry AckReq 0, as kernel 6.1 rxe sends them (the
 //     captures show it), not 1 on the last packet as for RC.
+//   - After a local ACK timeout the requester resends one packet, with
+//     AckReq set, and the rest of the window once an acknowledgment makes
+//     progress (TCP's retransmission timeout); rxe resends the whole
+//     window at once, which feeds a storm when the timeouts are spurious.
 //
 // This package imports the standard library and goroce's bth package only.
 package transport

@@ -66,7 +66,7 @@ func (q *QP) reqTransmit(now Time, buf []byte) (int, uint32, bool) {
 			return 0, 0, false
 		}
 	}
-	if q.cfg.Type == RC && q.reqPSN.Sub(q.compPSN) > int32(q.window) {
+	if q.cfg.Type == RC && (q.reqPSN.Sub(q.compPSN) > int32(q.window) || q.probe && q.reqPSN != q.compPSN) {
 		return 0, 0, false
 	}
 	pmtu := q.pmtu
@@ -121,7 +121,9 @@ func (q *QP) ackReq(last bool) bool {
 	if q.cfg.Type != RC {
 		return false
 	}
-	a := last
+	// After a local ACK timeout the one packet resent asks for its ACK,
+	// whatever its place in the message: the requester waits for it.
+	a := last || q.probe
 	if !a {
 		a = q.noackPkts > MaxPktPerAck
 		q.noackPkts++

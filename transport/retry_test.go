@@ -110,15 +110,28 @@ func TestGoBackHeadCompletedBySeqNAK(t *testing.T) {
 	}
 
 	// The local ACK timer fires before that NAK arrives (timeout < RTT):
-	// go back to +0 and send everything again. This time +3 is lost and
-	// the ACK for +2 too; the responder NAKs +3.
+	// go back to +0, one packet until an acknowledgment makes progress.
+	// The responder acknowledges the duplicate +0, and the requester sends
+	// the rest again. This time +3 is lost and the ACK for +2 too; the
+	// responder NAKs +3.
 	now = A.Deadline()
 	A.Tick(now)
 	r := xmit(A, now)
-	if len(r) != 5 {
-		t.Fatalf("retry sent %s, want all 5 packets again", describe(r))
+	if got, want := describe(r), "RC_SEND_FIRST@0xfffffe"; got != want {
+		t.Fatalf("after the timeout the requester sent %s, want %s", got, want)
 	}
-	deliver(B, now, r[0], r[1], r[2], r[4])
+	deliver(B, now, r...)
+	dup := xmit(B, now)
+	if got, want := describe(dup), "RC_ACKNOWLEDGE@0xfffffe(ACK(credits=31))"; got != want {
+		t.Fatalf("responder answered the duplicate with %s, want %s", got, want)
+	}
+	deliver(A, now, dup...)
+	check("after the ACK of the duplicate")
+	r = xmit(A, now)
+	if got, want := describe(r), "RC_SEND_MIDDLE@0xffffff RC_SEND_LAST@0x000000 RC_SEND_FIRST@0x000001 RC_SEND_LAST@0x000002"; got != want {
+		t.Fatalf("retry sent %s, want %s", got, want)
+	}
+	deliver(B, now, r[0], r[1], r[3])
 	out := xmit(B, now)
 	if got, want := describe(out), "RC_ACKNOWLEDGE@0x000000(ACK(credits=31)) RC_ACKNOWLEDGE@0x000001(NAK(PSN_SEQ_ERR))"; got != want {
 		t.Fatalf("responder sent %s, want %s", got, want)
@@ -323,17 +336,20 @@ func testUnackedWindow(t *testing.T, mtu bth.MTU, maxWin uint32) {
 	var now transport.Time
 	A.SetWindow(maxWin) // as slow start leaves it (above)
 	burst := xmit(A, now)
+	first := burst
 	if len(burst) != int(maxWin)+1 {
 		t.Fatalf("first burst: %d packets, want %d (the window, then one past it)", len(burst), maxWin+1)
 	}
-	// Every packet lost: each timeout halves the window, down to the floor.
+	// Every packet lost: each timeout halves the window, down to the
+	// floor, and resends one packet (one at a time until an
+	// acknowledgment makes progress).
 	for want := maxWin / 2; ; want /= 2 {
 		want = max(want, transport.MinUnackedPSNs)
 		now = A.Deadline()
 		A.Tick(now)
 		window(want, fmt.Sprintf("timeout at %v", now))
-		if burst = xmit(A, now); len(burst) != int(want)+1 {
-			t.Fatalf("after a timeout: %d packets, want %d", len(burst), want+1)
+		if burst = xmit(A, now); describe(burst) != describe(first[:1]) {
+			t.Fatalf("after a timeout: sent %s, want %s", describe(burst), describe(first[:1]))
 		}
 		if want == transport.MinUnackedPSNs {
 			break
@@ -342,7 +358,14 @@ func testUnackedWindow(t *testing.T, mtu bth.MTU, maxWin uint32) {
 	now = A.Deadline()
 	A.Tick(now)
 	window(transport.MinUnackedPSNs, "a timeout at the floor")
+	// The resent packet arrives, and its ACK opens the window again.
+	deliver(B, now, xmit(A, now)...)
+	deliver(A, now, xmit(B, now)...)
+	window(transport.MinUnackedPSNs+1, "the ACK after a timeout")
 	burst = xmit(A, now)
+	if len(burst) != transport.MinUnackedPSNs+2 {
+		t.Fatalf("after the ACK: %d packets, want %d (the window, then one past it)", len(burst), transport.MinUnackedPSNs+2)
+	}
 	// This time one packet in the middle is lost: the responder NAKs it.
 	deliver(B, now, burst[:10]...)
 	deliver(B, now, burst[11:]...)
@@ -416,8 +439,8 @@ func TestFirstFlightTimeout(t *testing.T) {
 					i, w, th, transport.MinUnackedPSNs)
 			}
 			again := xmit(A, now)
-			if describe(again) != describe(first) {
-				t.Fatalf("timeout %d: resent %s, want the first flight %s", i, describe(again), describe(first))
+			if describe(again) != describe(first[:1]) {
+				t.Fatalf("timeout %d: resent %s, want the first packet %s", i, describe(again), describe(first[:1]))
 			}
 		}
 		if got := A.Stats().RetryTimeouts; got != 2 {
@@ -425,8 +448,8 @@ func TestFirstFlightTimeout(t *testing.T) {
 		}
 		// The peer wakes up: the first flight, then both resendings.
 		deliver(B, now, first...)
-		deliver(B, now, first...)
-		deliver(B, now, first...)
+		deliver(B, now, first[:1]...)
+		deliver(B, now, first[:1]...)
 		deliver(A, now, xmit(B, now)...)
 		if w := A.Window(); w <= transport.MinUnackedPSNs {
 			t.Fatalf("first acknowledgment: window %d, want it grown past %d", w, transport.MinUnackedPSNs)
@@ -474,12 +497,11 @@ func TestFirstFlightTimeout(t *testing.T) {
 // A local ACK timeout whose first transmission the peer had received (the
 // requester stalled longer than the timeout, as a vCPU of a TCG guest on a
 // busy host does, and its ACKs waited) is found spurious by the
-// acknowledgments after it: go-back-N resent only up to the halved window,
-// and one of them acknowledges beyond that (the ACKs before it, within
-// the resent range, prove nothing and do not end the check). The halving is
-// undone, as TCP's F-RTO does. When the first transmission was lost, the
-// acknowledgments that come are for the resent packets and the halving
-// stands.
+// acknowledgments after it: go-back-N resent one packet, and they
+// acknowledge beyond it (an ACK within the resent range would prove
+// nothing and not end the check). The halving is undone, as TCP's F-RTO
+// does. When the first transmission was lost, the acknowledgment that
+// comes is for the resent packet and the halving stands.
 func TestSpuriousTimeoutUndone(t *testing.T) {
 	const mtu = bth.MTU1024
 	const win = 1024
@@ -499,8 +521,8 @@ func TestSpuriousTimeoutUndone(t *testing.T) {
 				t.Fatalf("timeout: window %d, want %d", w, win/2)
 			}
 			resent := xmit(A, now)
-			if len(resent) != win/2+1 || describe(resent) != describe(burst[:win/2+1]) {
-				t.Fatalf("resent %d packets, want the first %d of the burst", len(resent), win/2+1)
+			if describe(resent) != describe(burst[:1]) {
+				t.Fatalf("resent %d packets, want the first of the burst", len(resent))
 			}
 			// The peer's ACKs, one per 64 packets as they were
 			// received: the first ones acknowledge packets that
