@@ -1,0 +1,5 @@
+//go:build !race
+
+package hca_test
+
+const raceEnabled = false
