@@ -30,6 +30,7 @@ const (
 	plBCount  = plBRead + plSlot
 	plBLen    = plBCount + 8
 	plRecvMax = plSlots // receive WQEs B keeps posted
+	plMTU     = bth.MTU1024
 )
 
 // plWR is one posted WR of a pipeLoss QP pair.
@@ -44,7 +45,6 @@ type plWR struct {
 type pipeLoss struct {
 	t          *testing.T
 	a, b       *end
-	rng        *rand.Rand
 	wrs        []plWR
 	sends      []int // the WR index of every SEND, in posting order
 	posted     int
@@ -53,7 +53,7 @@ type pipeLoss struct {
 	recvDone   int
 	fetchAdds  uint64
 	// firstPackets counts the request packets of the WRs posted, each
-	// sent once (IB MTU 1024).
+	// sent once.
 	firstPackets int
 }
 
@@ -94,7 +94,7 @@ func (p *pipeLoss) post() bool {
 			p.t.Fatalf("post %d (%v): %v", i, w.op, err)
 		}
 		if w.op == transport.WRSend || w.op == transport.WRRDMAWrite {
-			p.firstPackets += (w.size + 1023) / 1024
+			p.firstPackets += (w.size + plMTU.Bytes() - 1) / plMTU.Bytes()
 		} else {
 			p.firstPackets++ // a READ request, an atomic
 		}
@@ -185,15 +185,15 @@ func runPipelined(t *testing.T, qps, n int, timeout uint8) plResult {
 	ops := []transport.WROpcode{transport.WRSend, transport.WRRDMAWrite, transport.WRRDMARead, transport.WRAtomicFetchAndAdd}
 	var all []*pipeLoss
 	for q := range qps {
-		p := &pipeLoss{t: t, a: newEnd(t, da, hca.RC, plALen, allAccess), b: newEnd(t, db, hca.RC, plBLen, allAccess),
-			rng: rand.New(rand.NewPCG(uint64(q), 3))}
+		p := &pipeLoss{t: t, a: newEnd(t, da, hca.RC, plALen, allAccess), b: newEnd(t, db, hca.RC, plBLen, allAccess)}
+		rng := rand.New(rand.NewPCG(uint64(q), 3))
 		fill(p.b.buf[plBRead:plBRead+plSlot], byte(0x5A+q))
-		connect(t, p.a, p.b, bth.MTU1024, bth.PSN((0xFFFF00+q*16)&0xFFFFFF), bth.PSN(0x100*q))
+		connect(t, p.a, p.b, plMTU, bth.PSN((0xFFFF00+q*16)&0xFFFFFF), bth.PSN(0x100*q))
 		for i := range n {
-			w := plWR{op: ops[p.rng.IntN(len(ops))], size: 1 + p.rng.IntN(plSlot), seed: byte(i)}
+			w := plWR{op: ops[rng.IntN(len(ops))], size: 1 + rng.IntN(plSlot), seed: byte(i)}
 			if w.op == transport.WRRDMAWrite || w.op == transport.WRRDMARead {
-				w.size = 1 + p.rng.IntN(plSlot-1)
-				w.off = p.rng.IntN(plSlot - w.size + 1)
+				w.size = 1 + rng.IntN(plSlot-1)
+				w.off = rng.IntN(plSlot - w.size + 1)
 			}
 			p.wrs = append(p.wrs, w)
 		}
