@@ -351,6 +351,54 @@ func TestRemoteAccessRefusals(t *testing.T) {
 	}
 }
 
+// TestSendWithInvalidateRefused: a SEND_WITH_INV naming a region
+// registered with RegMR is refused (only memory windows and fast-register
+// regions may be invalidated by a peer, and rxe's responder refuses user
+// MRs too), and the region stays valid: otherwise any peer that knows an
+// R_Key could revoke the region for good.
+func TestSendWithInvalidateRefused(t *testing.T) {
+	da, db := pair(t, memlink.Config{})
+	a := newEnd(t, da, hca.RC, 4096, allAccess)
+	b := newEnd(t, db, hca.RC, 4096, allAccess)
+	connect(t, a, b, bth.MTU1024, 1, 2)
+	if err := b.qp.PostRecv(&hca.RecvWR{ID: 5, SGL: []hca.SGE{b.mr.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(&hca.SendWR{ID: 6, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(0, 16)}, InvRKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, a.cq); wc.Status != transport.StatusRemInvReqErr {
+		t.Fatalf("sender: %v, want REM_INV_REQ_ERR", wc.Status)
+	}
+	if wc := waitWC(t, b.cq); wc.Status == transport.StatusSuccess {
+		t.Fatalf("receiver completed the SEND_WITH_INV: %+v", wc)
+	}
+	// The region still takes a WRITE from a second QP pair in the same PDs.
+	a2, b2 := *a, *b
+	var err error
+	if a2.qp, err = a.pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: a.cq, RecvCQ: a.cq,
+		Cap: hca.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if b2.qp, err = b.pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: b.cq, RecvCQ: b.cq,
+		Cap: hca.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, &a2, &b2, bth.MTU1024, 10, 20)
+	fill(a.buf[:32], 4)
+	if err := a2.qp.PostSend(&hca.SendWR{ID: 7, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(0, 32)}, RemoteAddr: b.mr.Addr() + 100, RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, a.cq); wc.Status != transport.StatusSuccess || wc.WRID != 7 {
+		t.Fatalf("WRITE after the refused invalidation: %+v", wc)
+	}
+	if !bytes.Equal(b.buf[100:132], a.buf[:32]) {
+		t.Fatal("WRITE after the refused invalidation: data differs")
+	}
+}
+
 func TestFlushOnError(t *testing.T) {
 	da, db := pair(t, memlink.Config{})
 	a := newEnd(t, da, hca.RC, 4096, allAccess)

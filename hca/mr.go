@@ -94,7 +94,6 @@ type MR struct {
 	lkey   bth.LKey
 	rkey   bth.RKey
 	index  uint32
-	valid  bool // false after invalidation; protected by the MR table lock
 }
 
 // RegMR registers buf with the given access (ibv_reg_mr). As verbs
@@ -115,7 +114,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if err := pd.ref(); err != nil {
 		return nil, err
 	}
-	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
+	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
 	if err := pd.dev.mrs.add(mr, pd.dev.attr.MaxMR); err != nil {
 		pd.unref()
 		return nil, err
@@ -216,7 +215,7 @@ var (
 	errMemPD     = fmt.Errorf("%w: memory region belongs to another PD", ErrAccess)
 	errMemRange  = fmt.Errorf("%w: range outside the memory region", ErrAccess)
 	errMemRights = fmt.Errorf("%w: memory region does not allow this access", ErrAccess)
-	errMemInval  = fmt.Errorf("%w: memory region was invalidated", ErrAccess)
+	errMemNoInv  = fmt.Errorf("%w: a region registered with RegMR cannot be invalidated by a peer", ErrAccess)
 )
 
 func (t *mrTable) resolve(pd uint32, key uint32, addr uint64, length uint32, need Access, local bool) ([]byte, error) {
@@ -228,9 +227,6 @@ func (t *mrTable) resolve(pd uint32, key uint32, addr uint64, length uint32, nee
 	}
 	if local && uint32(mr.lkey) != key || !local && uint32(mr.rkey) != key {
 		return nil, errMemKey
-	}
-	if !mr.valid {
-		return nil, errMemInval
 	}
 	if mr.pd.id != pd {
 		return nil, errMemPD
@@ -262,11 +258,17 @@ func (t *mrTable) Remote(pd uint32, rkey bth.RKey, addr uint64, length uint32, n
 	return t.resolve(pd, uint32(rkey), addr, length, need, false)
 }
 
-// Invalidate implements transport.Memory: SEND_WITH_INV invalidates the
-// region named by rkey, which must belong to pd.
+// Invalidate implements transport.Memory for a received SEND_WITH_INV. A
+// peer may invalidate only a memory window or a region allocated for fast
+// registration (IBA; rxe's responder refuses every MR not of type
+// IB_MR_TYPE_MEM_REG), and a Device has neither: every region comes from
+// RegMR, and no verb could make one valid again. So the request is always
+// refused (the responder NAKs it as an invalid request), with the reason:
+// no such key, another PD, or a registered region. Accepting it would let
+// any peer that learned an R_Key revoke the region for good.
 func (t *mrTable) Invalidate(pd uint32, rkey bth.RKey) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	mr := t.lookup(uint32(rkey))
 	if mr == nil || uint32(mr.rkey) != uint32(rkey) {
 		return errMemKey
@@ -274,8 +276,7 @@ func (t *mrTable) Invalidate(pd uint32, rkey bth.RKey) error {
 	if mr.pd.id != pd {
 		return errMemPD
 	}
-	mr.valid = false
-	return nil
+	return errMemNoInv
 }
 
 var _ transport.Memory = (*mrTable)(nil)
