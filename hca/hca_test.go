@@ -351,6 +351,45 @@ func TestRemoteAccessRefusals(t *testing.T) {
 	}
 }
 
+// TestStaleRKeyRefused: after an MR is deregistered and another takes its
+// table index, the old R_Key (same index, older key byte) reaches neither
+// the new region nor the old range.
+func TestStaleRKeyRefused(t *testing.T) {
+	for _, oldRange := range []bool{false, true} {
+		da, db := pair(t, memlink.Config{})
+		a := newEnd(t, da, hca.RC, 4096, allAccess)
+		b := newEnd(t, db, hca.RC, 4096, allAccess)
+		connect(t, a, b, bth.MTU1024, 1, 2)
+		stale, staleAddr := b.mr.RKey(), b.mr.Addr()
+		if err := b.mr.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4096)
+		mr, err := b.pd.RegMR(buf, allAccess)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint32(mr.RKey())>>8 != uint32(stale)>>8 || mr.RKey() == stale {
+			t.Fatalf("new R_Key %#x, old %#x: want the same index with another key", mr.RKey(), stale)
+		}
+		addr := mr.Addr()
+		if oldRange {
+			addr = staleAddr
+		}
+		fill(a.buf[:64], 9)
+		if err := a.qp.PostSend(&hca.SendWR{ID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []hca.SGE{a.mr.SGE(0, 64)}, RemoteAddr: addr, RKey: stale}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := waitWC(t, a.cq); wc.Status != transport.StatusRemAccessErr {
+			t.Fatalf("old range %v: %v, want REM_ACCESS_ERR", oldRange, wc.Status)
+		}
+		if !bytes.Equal(buf, make([]byte, 4096)) {
+			t.Fatal("the new region changed")
+		}
+	}
+}
+
 // TestSendWithInvalidateRefused: a SEND_WITH_INV naming a region
 // registered with RegMR is refused (only memory windows and fast-register
 // regions may be invalidated by a peer, and rxe's responder refuses user
