@@ -54,7 +54,8 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 func (cq *CQ) Cap() int { return len(cq.ring) }
 
 // Push implements transport.CompletionQueue. It returns false on overrun;
-// the completion is lost and the CQ reports ErrCQOverflow from Poll.
+// the completion is lost, the CQ reports ErrCQOverflow from Poll, and the
+// device raises EventCQErr and EventQPFatal (overrun).
 func (cq *CQ) Push(wc *WC) bool {
 	cq.mu.Lock()
 	if cq.dead {
@@ -62,8 +63,10 @@ func (cq *CQ) Push(wc *WC) bool {
 		return false
 	}
 	if cq.n == len(cq.ring) {
+		first := !cq.overflow
 		cq.overflow = true
 		cq.mu.Unlock()
+		cq.overrun(wc, first)
 		return false
 	}
 	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
@@ -84,6 +87,21 @@ func (cq *CQ) Push(wc *WC) bool {
 		}
 	}
 	return true
+}
+
+// overrun raises the asynchronous events of a lost completion, as verbs
+// devices do: CQ_ERR the first time the CQ overruns, and QP_FATAL, once per
+// QP, for the QP whose completion was lost (its engine moves it to ERR, since
+// it can no longer report its work). Without them an application that does
+// not poll would never learn why its QP stopped.
+func (cq *CQ) overrun(wc *WC, first bool) {
+	d := cq.dev
+	if first {
+		d.raise(AsyncEvent{Type: EventCQErr, CQ: cq})
+	}
+	if q := d.qps.get(uint32(wc.QPN)); q != nil && q.fatal.CompareAndSwap(false, true) {
+		d.raise(AsyncEvent{Type: EventQPFatal, QP: q})
+	}
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many

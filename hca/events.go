@@ -6,8 +6,14 @@ type EventType uint8
 // Asynchronous events.
 const (
 	EventSRQLimitReached EventType = iota + 1
+	// EventQPFatal: the QP lost a completion to an overrun of its CQ and
+	// went to ERR (a local work queue catastrophic error); raised once per
+	// QP.
 	EventQPFatal
 	EventSQDrained
+	// EventCQErr: the CQ overran and lost a completion; raised the first
+	// time. Poll reports ErrCQOverflow from then on.
+	EventCQErr
 )
 
 func (t EventType) String() string {
@@ -18,6 +24,8 @@ func (t EventType) String() string {
 		return "QP_FATAL"
 	case EventSQDrained:
 		return "SQ_DRAINED"
+	case EventCQErr:
+		return "CQ_ERR"
 	}
 	return "UNKNOWN"
 }
@@ -27,6 +35,7 @@ type AsyncEvent struct {
 	Type EventType
 	QP   *QP
 	SRQ  *SRQ
+	CQ   *CQ
 }
 
 // Events returns the device's asynchronous event channel. Events are

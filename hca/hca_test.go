@@ -438,6 +438,70 @@ func TestSendWithInvalidateRefused(t *testing.T) {
 	}
 }
 
+// TestCQOverrunRaisesEvents: a peer's SENDs overrun a receiver's CQ that
+// nobody polls. The CQ keeps what it holds and reports ErrCQOverflow, the
+// QP goes to ERR, and the device raises CQ_ERR once and QP_FATAL once.
+func TestCQOverrunRaisesEvents(t *testing.T) {
+	da, db := pair(t, memlink.Config{})
+	a := newEnd(t, da, hca.RC, 4096, allAccess)
+	b := newEnd(t, db, hca.RC, 4096, allAccess)
+	small, err := db.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.qp, err = b.pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: small, RecvCQ: small,
+		Cap: hca.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	b.cq = small
+	connect(t, a, b, bth.MTU1024, 1, 2)
+	const sends = 8
+	for i := 0; i < sends; i++ {
+		if err := b.qp.PostRecv(&hca.RecvWR{ID: uint64(i), SGL: []hca.SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.qp.PostSend(&hca.SendWR{ID: uint64(i), Opcode: transport.WRSend, SGL: []hca.SGE{a.mr.SGE(0, 16)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []hca.EventType
+	timeout := time.After(10 * time.Second)
+	for len(got) < 2 {
+		select {
+		case ev := <-db.Events():
+			switch {
+			case ev.Type == hca.EventCQErr && ev.CQ == small, ev.Type == hca.EventQPFatal && ev.QP == b.qp:
+				got = append(got, ev.Type)
+			default:
+				t.Fatalf("unexpected event %v (QP %v, CQ %v)", ev.Type, ev.QP, ev.CQ)
+			}
+		case <-timeout:
+			t.Fatalf("events after 10 s: %v, want CQ_ERR and QP_FATAL", got)
+		}
+	}
+	if got[0] == got[1] {
+		t.Fatalf("events %v, want one CQ_ERR and one QP_FATAL", got)
+	}
+	wcs := make([]hca.WC, 16)
+	n, err := small.Poll(wcs)
+	if n != 4 || !errors.Is(err, hca.ErrCQOverflow) {
+		t.Fatalf("Poll: %d completions, %v; want 4 and ErrCQOverflow", n, err)
+	}
+	for i, wc := range wcs[:n] {
+		if wc.Status != transport.StatusSuccess || wc.WRID != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	if s := b.qp.State(); s != hca.StateErr {
+		t.Fatalf("QP state %s, want ERR", s)
+	}
+	select {
+	case ev := <-db.Events():
+		t.Fatalf("a second event: %v", ev.Type)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
 func TestFlushOnError(t *testing.T) {
 	da, db := pair(t, memlink.Config{})
 	a := newEnd(t, da, hca.RC, 4096, allAccess)

@@ -84,6 +84,7 @@ type QP struct {
 	pathOK bool
 
 	destroyed atomic.Bool
+	fatal     atomic.Bool // EventQPFatal raised (CQ.overrun)
 	// Owned by the runtime worker:
 	shard  *shard         // the runtime shard of the QPN, fixed at creation
 	active bool           // in the shard's active list
