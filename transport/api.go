@@ -436,3 +436,25 @@ type Stats struct {
 	// RxDuplicateResponses counts stale or duplicate responses ignored.
 	RxDuplicateResponses uint64
 }
+
+// Add adds every counter of o to s (a sum over QPs).
+func (s *Stats) Add(o *Stats) {
+	s.TxPackets += o.TxPackets
+	s.RxPackets += o.RxPackets
+	s.TxRetransmits += o.TxRetransmits
+	s.RxDuplicateRequests += o.RxDuplicateRequests
+	s.RxOutOfSequence += o.RxOutOfSequence
+	s.SeqNAKsSent += o.SeqNAKsSent
+	s.RNRNAKsSent += o.RNRNAKsSent
+	s.RNRNAKsReceived += o.RNRNAKsReceived
+	s.SeqNAKsReceived += o.SeqNAKsReceived
+	s.RetryTimeouts += o.RetryTimeouts
+	s.SpuriousTimeouts += o.SpuriousTimeouts
+	s.RxDropped += o.RxDropped
+	s.CompletionErrors += o.CompletionErrors
+	s.NAKsSent += o.NAKsSent
+	s.RxQKeyMismatch += o.RxQKeyMismatch
+	s.RxNoRecvWQE += o.RxNoRecvWQE
+	s.ImpliedNAKs += o.ImpliedNAKs
+	s.RxDuplicateResponses += o.RxDuplicateResponses
+}
