@@ -13,6 +13,7 @@ import (
 	"github.com/goroce/goroce/bench/exchange"
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/transport"
 )
 
 // Report is everything one side learned in a run: the agreed parameters,
@@ -46,6 +47,11 @@ type Report struct {
 	// LinkCeilingRatio goroce's share of it: what the HCA costs on top.
 	LinkCeiling      *Ceiling
 	LinkCeilingRatio float64
+	// Transport is the transport counters of this side's QPs, summed, at
+	// the end of the run (retransmissions, timeouts, NAKs, duplicates:
+	// what explains a slow run), and TransportQPs how many QPs they cover.
+	Transport    transport.Stats
+	TransportQPs int
 }
 
 // DuplexSides are the two directions of a bidirectional run.
@@ -129,6 +135,7 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	var sizes []int
 	defer func() {
 		if s != nil {
+			rep.Transport, rep.TransportQPs = s.TransportStats()
 			s.Close()
 		}
 	}()

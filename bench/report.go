@@ -367,6 +367,10 @@ type JSONReport struct {
 	Ceiling          *Ceiling     `json:"ceiling,omitempty"`
 	LinkCeilingRatio *float64     `json:"link_ceiling_ratio,omitempty"`
 	LinkCeiling      *Ceiling     `json:"link_ceiling,omitempty"`
+	// Transport is this side's QPs' transport counters, summed
+	// (TransportCounters), over TransportQPs QPs.
+	Transport    map[string]uint64 `json:"transport,omitempty"`
+	TransportQPs int               `json:"transport_qps,omitempty"`
 }
 
 // JSONResult is one size in the --json document.
@@ -428,7 +432,53 @@ func ToJSON(r *Report) JSONReport {
 		v := r.LinkCeilingRatio
 		j.LinkCeilingRatio, j.LinkCeiling = &v, r.LinkCeiling
 	}
+	if r.TransportQPs > 0 {
+		j.Transport, j.TransportQPs = map[string]uint64{}, r.TransportQPs
+		for _, c := range r.TransportCounters() {
+			j.Transport[c.Name] = c.Value
+		}
+	}
 	return j
+}
+
+// Counter is one named transport counter of a Report.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
+// TransportCounters lists r.Transport, in a fixed order, under the names
+// goroce bench prints (--qp-counters, and "transport" in --json).
+func (r *Report) TransportCounters() []Counter {
+	s := &r.Transport
+	return []Counter{
+		{"tx_packets", s.TxPackets}, {"rx_packets", s.RxPackets},
+		{"retransmitted_packets", s.TxRetransmits},
+		{"local_ack_timeouts", s.RetryTimeouts}, {"spurious_timeouts", s.SpuriousTimeouts},
+		{"seq_naks_sent", s.SeqNAKsSent}, {"seq_naks_received", s.SeqNAKsReceived},
+		{"rnr_naks_sent", s.RNRNAKsSent}, {"rnr_naks_received", s.RNRNAKsReceived},
+		{"other_naks_sent", s.NAKsSent}, {"implied_naks", s.ImpliedNAKs},
+		{"duplicate_requests", s.RxDuplicateRequests}, {"duplicate_responses", s.RxDuplicateResponses},
+		{"out_of_sequence", s.RxOutOfSequence}, {"dropped", s.RxDropped},
+		{"completion_errors", s.CompletionErrors},
+		{"qkey_mismatches", s.RxQKeyMismatch}, {"no_recv_wqe", s.RxNoRecvWQE},
+	}
+}
+
+// PrintTransportCounters writes r's transport counters as one line (what
+// --qp-counters prints on stderr after the run).
+func PrintTransportCounters(w io.Writer, r *Report) {
+	var b strings.Builder
+	qps := "QPs"
+	if r.TransportQPs == 1 {
+		qps = "QP"
+	}
+	fmt.Fprintf(&b, "transport counters (%d %s):", r.TransportQPs, qps)
+	for _, c := range r.TransportCounters() {
+		fmt.Fprintf(&b, " %s=%d", c.Name, c.Value)
+	}
+	b.WriteByte('\n')
+	io.WriteString(w, b.String())
 }
 
 func toJSONResult(m Mode, res Result) JSONResult {

@@ -433,6 +433,21 @@ func (s *Session) postRecv(r *qpRes, i int) error {
 	return nil
 }
 
+// TransportStats returns the transport counters of the session's QPs,
+// summed, and how many QPs they cover.
+func (s *Session) TransportStats() (transport.Stats, int) {
+	var sum transport.Stats
+	n := 0
+	for _, r := range s.qps {
+		if r.qp != nil {
+			st := r.qp.Stats()
+			sum.Add(&st)
+			n++
+		}
+	}
+	return sum, n
+}
+
 // Close destroys the QPs and their resources (not the device).
 func (s *Session) Close() {
 	s.stopPassive()

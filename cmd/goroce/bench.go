@@ -38,6 +38,7 @@ type benchOpts struct {
 	busyPoll optBool
 	json     bool
 	csv      bool
+	counters bool // --qp-counters
 	output   string
 	cpuUtil  bool
 	limitBW  float64
@@ -133,6 +134,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.BoolVar(&o.loopback, "loopback", false, "run both sides in this process on 127.0.0.1 (server) and 127.0.0.2 (client) over the udp link")
 	fs.Var(&o.busyPoll, "busy-poll", "spin on the CQ, receiving in the polling goroutine, as perftest spins on ibv_poll_cq; --busy-poll=false blocks in CQ.Wait instead (goroce extension; default: latency modes spin, bandwidth modes block, since there most polls find nothing and an empty poll is a system call; never with --loopback; a spinning latency run and a one-QP bandwidth run use one P, GOMAXPROCS=1, as perftest uses one thread, unless GOMAXPROCS is set or with --loopback)")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
+	fs.BoolVar(&o.counters, "qp-counters", false, "after the run, print this side's transport counters, summed over its QPs, on stderr: packets, retransmissions, local ACK timeouts (and those found spurious), NAKs sent and received, duplicates, drops (goroce extension; --json always carries them as \"transport\")")
 	fs.BoolVar(&o.csv, "csv", false, "print the results as CSV")
 	fs.BoolVar(&o.cpuUtil, "cpu_util", false, "add perftest's CPU_Util[%] column: the busy share of the machine's CPU time during each result (user, system, irq and softirq time; perftest counts user time only); with -D or --run_infinitely")
 	fs.StringVar(&o.output, "output", "", "print only one figure per result, as perftest's --output=`UNITS`: bandwidth (MB/sec, Gb/sec with --report_gbits) or message_rate (Mpps) in bandwidth modes, latency (t_avg, usec) in latency modes")
@@ -365,6 +367,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err := out.finish(rep); err != nil {
 		fmt.Fprintf(stderr, "goroce bench: %v\n", err)
 		return exitFail
+	}
+	if o.counters {
+		bench.PrintTransportCounters(stderr, rep)
 	}
 	if msg := verifyLimits(rep, o.limitBW, o.limitMR); msg != "" {
 		fmt.Fprintln(stderr, msg)

@@ -156,6 +156,11 @@ func TestBenchLoopbackJSON(t *testing.T) {
 	if !strings.Contains(out, `"ceiling_ratio":`) {
 		t.Fatal("no ceiling_ratio field")
 	}
+	// 200 WRITEs of 4 packets on each of 2 QPs, at least (retransmissions
+	// count too).
+	if j.TransportQPs != 2 || j.Transport["tx_packets"] < 1600 || len(j.Transport) != len((&bench.Report{}).TransportCounters()) {
+		t.Errorf("transport counters over %d QPs: %v", j.TransportQPs, j.Transport)
+	}
 	if j.ICRC != wire.CRCImplementation() {
 		t.Errorf("icrc_implementation %q, want this process's %q", j.ICRC, wire.CRCImplementation())
 	}
@@ -164,6 +169,29 @@ func TestBenchLoopbackJSON(t *testing.T) {
 	c := j.Ceiling
 	if len(c.Blasts) != 2 || c.PayloadBytesPerSec != max(c.Blasts[0], c.Blasts[1]) || c.Slices == 0 || !(c.AveragePacketsPerSec > 0) {
 		t.Fatalf("raw ceiling %+v", c)
+	}
+}
+
+// --qp-counters prints the side's transport counters on stderr, after the
+// results on stdout.
+func TestBenchQPCounters(t *testing.T) {
+	var st int
+	var out, errOut string
+	inNetNS(t, func() {
+		st, out, errOut = runCLI("bench", "send_bw", "--loopback", "-n", "100", "-s", "4096", "--qp-counters")
+	})
+	if st != exitOK {
+		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
+	}
+	m := regexp.MustCompile(`transport counters \(1 QP\): tx_packets=(\d+) rx_packets=\d+ retransmitted_packets=\d+ local_ack_timeouts=\d+ `).FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("no counters line on stderr:\n%s", errOut)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 100 {
+		t.Fatalf("tx_packets=%d, want at least the 100 SENDs", n)
+	}
+	if strings.Contains(out, "transport counters") {
+		t.Fatal("counters on stdout, which carries perftest's layout")
 	}
 }
 
