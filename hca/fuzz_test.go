@@ -3,12 +3,14 @@ package hca_test
 import (
 	"bytes"
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/memlink"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
@@ -43,6 +45,29 @@ const (
 
 var fzStranger = netip.MustParseAddr("192.0.2.9")
 
+// fzFraming is how the frames of a fuzz device travel: RoCEv2 over IPv4 on
+// an IP link (the udp and tun links), or on an Ethernet link (afpacket,
+// tap) RoCEv2 over IPv4 or RoCEv1 (Ethernet and GRH).
+type fzFraming uint8
+
+const (
+	fzIP fzFraming = iota
+	fzEthV2
+	fzEthV1
+)
+
+func (f fzFraming) String() string { return [...]string{"IP", "Ethernet-RoCEv2", "Ethernet-RoCEv1"}[f] }
+
+var (
+	fzMACA = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01} // memlink's defaults
+	fzMACB = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}
+)
+
+// fzResolver gives the peer's MAC (Options.Resolver of an Ethernet device).
+type fzResolver struct{}
+
+func (fzResolver) Resolve(dst netip.Addr) (net.HardwareAddr, error) { return fzMACA, nil }
+
 var fzMemory [fzMemPages * fzPage]byte
 
 // fuzzDevice is a live device at addrB with every kind of receiver a frame
@@ -54,6 +79,7 @@ var fzMemory [fzMemPages * fzPage]byte
 // MR3 (every access, but PD 2, which owns no QP) and the guard pages around
 // them must never change.
 type fuzzDevice struct {
+	framing        fzFraming
 	dev            *hca.Device
 	raw            *memlink.Endpoint
 	mem            []byte
@@ -62,20 +88,26 @@ type fuzzDevice struct {
 	cq             *hca.CQ
 }
 
-func newFuzzDevice(t testing.TB) *fuzzDevice {
+func newFuzzDevice(t testing.TB, fr fzFraming) *fuzzDevice {
 	t.Helper()
-	raw, b, err := memlink.Pair(memlink.Config{AddrsA: []netip.Addr{addrA}, AddrsB: []netip.Addr{addrB}, QueueLen: 4096})
+	cfg := memlink.Config{AddrsA: []netip.Addr{addrA}, AddrsB: []netip.Addr{addrB}, QueueLen: 4096}
+	opts := hca.Options{Name: "gfuzz", Shards: 1}
+	if fr != fzIP {
+		cfg.Format = link.FormatEthernet
+		opts.RoCEv1, opts.Resolver = fr == fzEthV1, fzResolver{}
+	}
+	raw, b, err := memlink.Pair(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := hca.Open(b, hca.Options{Name: "gfuzz", Shards: 1})
+	dev, err := hca.Open(b, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The same memory every time, so that the MRs' addresses in the
 	// seeds stay right from one device to the next (fuzz inputs run one at
 	// a time in a process).
-	fd := &fuzzDevice{dev: dev, raw: raw, mem: fzMemory[:]}
+	fd := &fuzzDevice{framing: fr, dev: dev, raw: raw, mem: fzMemory[:]}
 	for i := range fd.mem {
 		fd.mem[i] = byte(i*13 + 5)
 	}
@@ -107,10 +139,22 @@ func newFuzzDevice(t testing.TB) *fuzzDevice {
 		return q
 	}
 	fd.rc, fd.uc, fd.ud, fd.rs = mk(hca.RC, nil), mk(hca.UC, nil), mk(hca.UD, nil), mk(hca.RC, srq)
-	must(fzConnect(fd.rc, fzPeerRC, fzPSNRC))
-	must(fzConnect(fd.uc, fzPeerUC, fzPSNUC))
-	must(fzConnect(fd.ud, 0, 0))
-	must(fzConnect(fd.rs, fzPeerSRQ, fzPSNSRQ))
+	// The GID of addrB: the table's only entry on an IP link, after the
+	// link-local one on an Ethernet link.
+	sgid := -1
+	for _, g := range dev.GIDs() {
+		if g.GID == hca.GID(wire.GIDFromAddr(addrB)) {
+			sgid = g.Index
+		}
+	}
+	if sgid < 0 {
+		dev.Close()
+		t.Fatalf("no GID for %v in %v", addrB, dev.GIDs())
+	}
+	must(fzConnect(fd.rc, sgid, fzPeerRC, fzPSNRC))
+	must(fzConnect(fd.uc, sgid, fzPeerUC, fzPSNUC))
+	must(fzConnect(fd.ud, sgid, 0, 0))
+	must(fzConnect(fd.rs, sgid, fzPeerSRQ, fzPSNSRQ))
 	// Receives: 4 per QP and the SRQ, each scattering 2000 bytes into two
 	// pieces of MR1's first 5072 bytes (the layout of MR1 is at fzSeeds).
 	for i := 0; i < 4; i++ {
@@ -144,7 +188,7 @@ func (fd *fuzzDevice) close() {
 }
 
 // fzConnect takes q to RTS towards the hostile peer.
-func fzConnect(q *hca.QP, dest bth.QPN, rqPSN bth.PSN) error {
+func fzConnect(q *hca.QP, sgid int, dest bth.QPN, rqPSN bth.PSN) error {
 	init := hca.QPAttr{Port: 1}
 	init.State = hca.StateInit
 	mask := transport.AttrState | transport.AttrPKeyIndex | transport.AttrPort
@@ -158,7 +202,7 @@ func fzConnect(q *hca.QP, dest bth.QPN, rqPSN bth.PSN) error {
 	if err := q.Modify(&init, mask); err != nil {
 		return err
 	}
-	rtr := hca.QPAttr{AH: hca.AHAttr{DGID: hca.GID(wire.GIDFromAddr(addrA)), HopLimit: 64}}
+	rtr := hca.QPAttr{AH: hca.AHAttr{DGID: hca.GID(wire.GIDFromAddr(addrA)), SGIDIndex: sgid, HopLimit: 64}}
 	rtr.State = hca.StateRTR
 	mask = transport.AttrState
 	if q.Type() != hca.UD {
@@ -189,7 +233,8 @@ func fzConnect(q *hca.QP, dest bth.QPN, rqPSN bth.PSN) error {
 const (
 	fzFromStranger = 1 << iota // the IPv4 source is fzStranger, not the peer
 	fzBadICRC                  // the ICRC is computed, then one bit flipped
-	fzRawFrame                 // the bytes are the whole IP packet, sent as they are
+	fzRawFrame                 // the bytes are the whole frame, sent as they are
+	fzVLAN                     // on an Ethernet link, an 802.1Q tag
 )
 
 // fzRecord is one frame of a fuzz input: a control byte, a big-endian
@@ -199,7 +244,7 @@ func fzRecord(ctl byte, b []byte) []byte {
 	return append(out, b...)
 }
 
-// frame builds the IPv4 packet a record stands for, in buf.
+// frame builds the frame a record stands for, in buf.
 func (fd *fuzzDevice) frame(buf []byte, ctl byte, tr []byte) []byte {
 	if ctl&fzRawFrame != 0 || len(tr) < bth.HeaderLen {
 		return append(buf[:0], tr...)
@@ -214,8 +259,13 @@ func (fd *fuzzDevice) frame(buf []byte, ctl byte, tr []byte) []byte {
 	}
 	copy(buf[off:], tr)
 	a := wire.Addr{Kind: wire.KindRoCEv2IPv4, SrcIP: src, DstIP: addrB, HopLimit: 64, DontFragment: true,
-		SrcPort: wire.UDPSourcePort(fzPeerRC, bth.Header(tr).DestQP())}
-	f, err := wire.Finish(buf, off, len(tr), wire.FramingIP, &a)
+		SrcPort: wire.UDPSourcePort(fzPeerRC, bth.Header(tr).DestQP()),
+		SGID:    wire.GIDFromAddr(src), DGID: wire.GIDFromAddr(addrB),
+		SrcMAC: [6]byte(fzMACA), DstMAC: [6]byte(fzMACB), VLAN: ctl&fzVLAN != 0, VLANTCI: 5}
+	if fd.framing == fzEthV1 {
+		a.Kind = wire.KindRoCEv1
+	}
+	f, err := wire.Finish(buf, off, len(tr), fd.framing.wire(), &a)
 	if err != nil {
 		return nil
 	}
@@ -223,6 +273,14 @@ func (fd *fuzzDevice) frame(buf []byte, ctl byte, tr []byte) []byte {
 		f[len(f)-1] ^= 0x10
 	}
 	return f
+}
+
+// wire is the framing the device's link hands it.
+func (f fzFraming) wire() wire.Framing {
+	if f == fzIP {
+		return wire.FramingIP
+	}
+	return wire.FramingEthernet
 }
 
 // feed sends every record of data to the device and returns once its
@@ -260,29 +318,60 @@ func (fd *fuzzDevice) feed(t testing.TB, data []byte) {
 // outside the one region a peer may write (right key, range, access and
 // PD) may change.
 func FuzzDeviceFrames(f *testing.F) {
-	fd := newFuzzDevice(f)
+	for _, s := range fzSeedInputs(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { fzRun(t, fzIP, data) })
+}
+
+// FuzzDeviceFramesEthernet is FuzzDeviceFrames on an Ethernet link:
+// RoCEv2 over IPv4, or RoCEv1 (v1), and 802.1Q tags as the input asks.
+func FuzzDeviceFramesEthernet(f *testing.F) {
+	in := fzSeedInputs(f)
+	for _, s := range in {
+		f.Add(false, s)
+		f.Add(true, s)
+	}
+	vlan := bytes.Clone(in[len(in)-4]) // fzSeeds' SEND with a bad ICRC, now good and tagged
+	vlan[0] = fzVLAN
+	f.Add(false, vlan)
+	f.Add(true, vlan)
+	f.Fuzz(func(t *testing.T, v1 bool, data []byte) {
+		fr := fzEthV2
+		if v1 {
+			fr = fzEthV1
+		}
+		fzRun(t, fr, data)
+	})
+}
+
+// fzSeedInputs are the seed inputs: each of fzSeeds, and all of them in
+// one input.
+func fzSeedInputs(f *testing.F) [][]byte {
+	fd := newFuzzDevice(f, fzIP)
 	seeds := fzSeeds(fd)
 	fd.close()
 	var all []byte
 	for _, s := range seeds {
-		f.Add(s)
 		all = append(all, s...)
 	}
-	f.Add(all)
-	f.Fuzz(func(t *testing.T, data []byte) {
-		fd := newFuzzDevice(t)
-		before := bytes.Clone(fd.mem)
-		fd.feed(t, data)
-		// Let timers run: the device's own requests time out and retry, and
-		// RNR waits end, with the frames' effects in place.
-		time.Sleep(time.Millisecond)
-		fd.close() // waits for every goroutine of the device
-		mr1 := fd.mem[fzMR1 : fzMR1+2*fzPage]
-		copy(before[fzMR1:], mr1) // the only part a peer may change
-		if i := firstDiff(before, fd.mem); i >= 0 {
-			t.Fatalf("byte %d of the device's memory changed (%s): %#x -> %#x", i, fzRegion(i), before[i], fd.mem[i])
-		}
-	})
+	return append(seeds, all)
+}
+
+// fzRun is one fuzz input against a fresh device.
+func fzRun(t *testing.T, fr fzFraming, data []byte) {
+	fd := newFuzzDevice(t, fr)
+	before := bytes.Clone(fd.mem)
+	fd.feed(t, data)
+	// Let timers run: the device's own requests time out and retry, and
+	// RNR waits end, with the frames' effects in place.
+	time.Sleep(time.Millisecond)
+	fd.close() // waits for every goroutine of the device
+	mr1 := fd.mem[fzMR1 : fzMR1+2*fzPage]
+	copy(before[fzMR1:], mr1) // the only part a peer may change
+	if i := firstDiff(before, fd.mem); i >= 0 {
+		t.Fatalf("byte %d of the device's memory changed (%s): %#x -> %#x", i, fzRegion(i), before[i], fd.mem[i])
+	}
 }
 
 func firstDiff(a, b []byte) int {
@@ -434,12 +523,18 @@ func fzSeeds(fd *fuzzDevice) [][]byte {
 // draws the NAK it must, and the bad ICRC, the stranger and the raw bytes
 // are counted as such.
 func TestFuzzDeviceSeeds(t *testing.T) {
-	probe := newFuzzDevice(t)
+	for _, fr := range []fzFraming{fzIP, fzEthV2, fzEthV1} {
+		t.Run(fr.String(), func(t *testing.T) { fzCheckSeeds(t, fr) })
+	}
+}
+
+func fzCheckSeeds(t *testing.T, fr fzFraming) {
+	probe := newFuzzDevice(t, fr)
 	seeds := fzSeeds(probe)
 	probe.close()
 
 	t.Run("conversation", func(t *testing.T) {
-		fd := newFuzzDevice(t)
+		fd := newFuzzDevice(t, fr)
 		defer fd.close()
 		fd.feed(t, seeds[0])
 		want := map[uint64]transport.Status{0: transport.StatusSuccess, 1: transport.StatusSuccess,
@@ -468,10 +563,10 @@ func TestFuzzDeviceSeeds(t *testing.T) {
 		wantNAK := []bth.NAKCode{bth.NAKRemoteAccessError, bth.NAKRemoteAccessError, bth.NAKRemoteAccessError,
 			bth.NAKRemoteAccessError, bth.NAKRemoteAccessError, bth.NAKInvalidRequest, bth.NAKInvalidRequest}
 		for i, code := range wantNAK {
-			fd := newFuzzDevice(t)
+			fd := newFuzzDevice(t, fr)
 			before := bytes.Clone(fd.mem)
 			fd.feed(t, seeds[1+i])
-			syn, ok := fzAnswer(t, fd.raw, fd.rc.QPN())
+			syn, ok := fzAnswer(t, fd.raw, fr.wire())
 			fd.close()
 			if !ok || syn.Type() != bth.AckTypeNAK || syn.NAKCode() != code {
 				t.Errorf("seed %d: answer %v (%v), want NAK %v", 1+i, syn, ok, code)
@@ -482,6 +577,19 @@ func TestFuzzDeviceSeeds(t *testing.T) {
 			}
 		}
 	})
+	if fr != fzIP {
+		t.Run("802.1Q", func(t *testing.T) {
+			// The bad-ICRC seed's SEND, with a good ICRC and a VLAN tag.
+			rec := bytes.Clone(seeds[len(seeds)-3])
+			rec[0] = fzVLAN
+			fd := newFuzzDevice(t, fr)
+			defer fd.close()
+			fd.feed(t, rec)
+			if got := fzCompletions(t, fd.cq, 1); got[0] != transport.StatusSuccess {
+				t.Fatalf("tagged SEND: %v, want WR 0 received", got)
+			}
+		})
+	}
 	t.Run("front door", func(t *testing.T) {
 		n := len(seeds)
 		for i, c := range []struct {
@@ -492,7 +600,7 @@ func TestFuzzDeviceSeeds(t *testing.T) {
 			{"stranger", func(c *hca.Counters) uint64 { return c.RxWrongAddress.Load() }},
 			{"raw bytes", func(c *hca.Counters) uint64 { return c.RxMalformed.Load() + c.RxNotRoCE.Load() }},
 		} {
-			fd := newFuzzDevice(t)
+			fd := newFuzzDevice(t, fr)
 			fd.feed(t, seeds[n-3+i])
 			fd.close()
 			if got := c.count(&fd.dev.Counters); got != 1 {
@@ -523,10 +631,10 @@ func fzCompletions(t *testing.T, cq *hca.CQ, n int) map[uint64]transport.Status 
 	return got
 }
 
-// fzAnswer reads what the device sent to its peer until it finds an ACK or
-// NAK from QP src's responder (a packet whose PSN is below the device's
-// own fzSQPSN range), and returns its syndrome.
-func fzAnswer(t *testing.T, raw *memlink.Endpoint, src bth.QPN) (bth.Syndrome, bool) {
+// fzAnswer reads what the device sent to its peer (frames of framing)
+// until it finds the RC responder's answer to the request at fzPSNRC, an
+// ACK or a NAK, and returns its syndrome.
+func fzAnswer(t *testing.T, raw *memlink.Endpoint, framing wire.Framing) (bth.Syndrome, bool) {
 	t.Helper()
 	bufs := [][]byte{make([]byte, 2*fzPage)}
 	sizes := []int{0}
@@ -548,7 +656,7 @@ func fzAnswer(t *testing.T, raw *memlink.Endpoint, src bth.QPN) (bth.Syndrome, b
 				continue
 			}
 			var p wire.Packet
-			if err := p.Decode(bufs[0][:sizes[0]], wire.FramingIP); err != nil {
+			if err := p.Decode(bufs[0][:sizes[0]], framing); err != nil {
 				continue
 			}
 			tr := p.Transport()
