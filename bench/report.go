@@ -453,7 +453,7 @@ func (r *Report) TransportCounters() []Counter {
 	s := &r.Transport
 	return []Counter{
 		{"tx_packets", s.TxPackets}, {"rx_packets", s.RxPackets},
-		{"retransmitted_packets", s.TxRetransmits},
+		{"go_back_retries", s.TxRetransmits},
 		{"local_ack_timeouts", s.RetryTimeouts}, {"spurious_timeouts", s.SpuriousTimeouts},
 		{"seq_naks_sent", s.SeqNAKsSent}, {"seq_naks_received", s.SeqNAKsReceived},
 		{"rnr_naks_sent", s.RNRNAKsSent}, {"rnr_naks_received", s.RNRNAKsReceived},

@@ -409,7 +409,11 @@ type Config struct {
 // Stats are per-QP counters in the spirit of rxe's RXE_CNT_*. The engine
 // increments them; the owner may read them between calls.
 type Stats struct {
-	TxPackets, RxPackets     uint64
+	TxPackets, RxPackets uint64
+	// TxRetransmits counts go-back-N restarts (rxe's req_retry: after a
+	// local ACK timeout, a sequence or implied NAK, or the end of an RNR
+	// wait), not packets: each resends from the oldest unacknowledged PSN,
+	// and TxPackets counts what that sends again.
 	TxRetransmits            uint64
 	RxDuplicateRequests      uint64
 	RxOutOfSequence          uint64

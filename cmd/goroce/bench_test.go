@@ -183,7 +183,7 @@ func TestBenchQPCounters(t *testing.T) {
 	if st != exitOK {
 		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
 	}
-	m := regexp.MustCompile(`transport counters \(1 QP\): tx_packets=(\d+) rx_packets=\d+ retransmitted_packets=\d+ local_ack_timeouts=\d+ `).FindStringSubmatch(errOut)
+	m := regexp.MustCompile(`transport counters \(1 QP\): tx_packets=(\d+) rx_packets=\d+ go_back_retries=\d+ local_ack_timeouts=\d+ `).FindStringSubmatch(errOut)
 	if m == nil {
 		t.Fatalf("no counters line on stderr:\n%s", errOut)
 	}
