@@ -104,6 +104,18 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
+// runLoopbackCLI runs goroce with args in a fresh network namespace
+// (inNetNS: root only) and fails the test unless it exits 0.
+func runLoopbackCLI(t *testing.T, args ...string) (out, errOut string) {
+	t.Helper()
+	var st int
+	inNetNS(t, func() { st, out, errOut = runCLI(args...) })
+	if st != exitOK {
+		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
+	}
+	return out, errOut
+}
+
 // inNetNS runs f on a thread inside a fresh network namespace with lo up:
 // goroce bench's sockets (UDP 4791 on 127.0.0.1/.2, TCP 18515) are created
 // there, so the test neither disturbs nor is disturbed by the host. It
@@ -128,14 +140,7 @@ func inNetNS(t *testing.T, fs ...func()) {
 }
 
 func TestBenchLoopbackJSON(t *testing.T) {
-	var st int
-	var out, errOut string
-	inNetNS(t, func() {
-		st, out, errOut = runCLI("bench", "write_bw", "--loopback", "-n", "200", "-s", "16384", "-q", "2", "--json", "--ceiling")
-	})
-	if st != exitOK {
-		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
-	}
+	out, _ := runLoopbackCLI(t, "bench", "write_bw", "--loopback", "-n", "200", "-s", "16384", "-q", "2", "--json", "--ceiling")
 	var j bench.JSONReport
 	if err := json.Unmarshal([]byte(out), &j); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -175,14 +180,7 @@ func TestBenchLoopbackJSON(t *testing.T) {
 // --qp-counters prints the side's transport counters on stderr, after the
 // results on stdout.
 func TestBenchQPCounters(t *testing.T) {
-	var st int
-	var out, errOut string
-	inNetNS(t, func() {
-		st, out, errOut = runCLI("bench", "send_bw", "--loopback", "-n", "100", "-s", "4096", "--qp-counters")
-	})
-	if st != exitOK {
-		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
-	}
+	out, errOut := runLoopbackCLI(t, "bench", "send_bw", "--loopback", "-n", "100", "-s", "4096", "--qp-counters")
 	m := regexp.MustCompile(`transport counters \(1 QP\): tx_packets=(\d+) rx_packets=\d+ go_back_retries=\d+ local_ack_timeouts=\d+ `).FindStringSubmatch(errOut)
 	if m == nil {
 		t.Fatalf("no counters line on stderr:\n%s", errOut)
@@ -207,14 +205,7 @@ func TestBenchRunInfinitely(t *testing.T) {
 	defer func() { stopOnSignal = old }()
 	timer := time.AfterFunc(2500*time.Millisecond, func() { close(stop) })
 	defer timer.Stop()
-	var st int
-	var out, errOut string
-	inNetNS(t, func() {
-		st, out, errOut = runCLI("bench", "send_bw", "--loopback", "--run_infinitely", "-D", "1", "-s", "4096", "--csv")
-	})
-	if st != exitOK {
-		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
-	}
+	out, _ := runLoopbackCLI(t, "bench", "send_bw", "--loopback", "--run_infinitely", "-D", "1", "-s", "4096", "--csv")
 	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	// A header, two whole seconds, the half second to the stop.
 	if err != nil || len(rows) != 4 {
@@ -240,14 +231,7 @@ func TestBenchOutput(t *testing.T) {
 		{[]string{"send_lat", "-n", "100", "-F", "--output=latency"}, 1},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			var st int
-			var out, errOut string
-			inNetNS(t, func() {
-				st, out, errOut = runCLI(append([]string{"bench"}, append(c.args, "--loopback")...)...)
-			})
-			if st != exitOK {
-				t.Fatalf("status %d\n%s\n%s", st, out, errOut)
-			}
+			out, _ := runLoopbackCLI(t, append([]string{"bench"}, append(c.args, "--loopback")...)...)
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 			if len(lines) != c.lines {
 				t.Fatalf("%d lines, want %d:\n%s", len(lines), c.lines, out)
@@ -268,14 +252,7 @@ func TestBenchOutput(t *testing.T) {
 // measured and sorted without the two largest, then the table head again,
 // as perftest's print_report_lat.
 func TestBenchLatencySamples(t *testing.T) {
-	var st int
-	var out, errOut string
-	inNetNS(t, func() {
-		st, out, errOut = runCLI("bench", "send_lat", "--loopback", "-n", "40", "-F", "-U", "--report-histogram")
-	})
-	if st != exitOK {
-		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
-	}
+	out, _ := runLoopbackCLI(t, "bench", "send_lat", "--loopback", "-n", "40", "-F", "-U", "--report-histogram")
 	parts := strings.Split(out, "#, usec\n")
 	if len(parts) != 3 {
 		t.Fatalf("want two sample lists:\n%s", out)
@@ -383,14 +360,7 @@ func TestBenchLimits(t *testing.T) {
 func TestBenchLoopbackText(t *testing.T) {
 	dir := t.TempDir()
 	plot := filepath.Join(dir, "lat.svg")
-	var st int
-	var out, errOut string
-	inNetNS(t, func() {
-		st, out, errOut = runCLI("bench", "send_lat", "--loopback", "-a", "--max_size", "256", "-n", "50", "-F", "--plot", plot)
-	})
-	if st != exitOK {
-		t.Fatalf("status %d\n%s\n%s", st, out, errOut)
-	}
+	out, _ := runLoopbackCLI(t, "bench", "send_lat", "--loopback", "-a", "--max_size", "256", "-n", "50", "-F", "--plot", plot)
 	for _, want := range []string{"                    Send Latency Test\n", " Mtu             : 4096[B]\n", " local address: LID 0000 QPN 0x",
 		" #bytes #iterations    t_min[usec]", "\n 256     50    "} {
 		if !strings.Contains(out, want) {
