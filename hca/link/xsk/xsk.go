@@ -123,6 +123,24 @@ func bpf(cmd uintptr, attr []byte) (int, error) {
 	return int(r), nil
 }
 
+// progLoadAttempts is how many times loadProgram tries: the verifier gives
+// up with EAGAIN when a signal is pending for the loading thread, and a Go
+// process takes signals all the time (SIGURG preempts goroutines), so a
+// load can fail for nothing, as it did once in a CI run under the race
+// detector. libbpf retries the same way (PROG_LOAD_ATTEMPTS, 5).
+const progLoadAttempts = 5
+
+// loadProgram runs BPF_PROG_LOAD through sys, again on EAGAIN, up to
+// progLoadAttempts times.
+func loadProgram(sys func(cmd uintptr, attr []byte) (int, error), attr []byte) (int, error) {
+	for attempt := 1; ; attempt++ {
+		fd, err := sys(unix.BPF_PROG_LOAD, attr)
+		if err != unix.EAGAIN || attempt == progLoadAttempts {
+			return fd, err
+		}
+	}
+}
+
 func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
 
 // Open creates the socket, loads and attaches the program, and binds.
@@ -174,7 +192,7 @@ func (s *Socket) open(cfg Config) error {
 	binary.NativeEndian.PutUint64(pattr[32:], uint64(uintptr(unsafe.Pointer(&logBuf[0]))))
 	copy(pattr[48:64], "goroce_roce")
 	binary.NativeEndian.PutUint32(pattr[68:], unix.BPF_XDP) // expected_attach_type
-	if s.progFD, err = bpf(unix.BPF_PROG_LOAD, pattr); err != nil {
+	if s.progFD, err = loadProgram(bpf, pattr); err != nil {
 		n := 0
 		for n < len(logBuf) && logBuf[n] != 0 {
 			n++

@@ -285,3 +285,38 @@ func TestProgram(t *testing.T) {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// TestLoadProgramRetriesEAGAIN: the verifier's EAGAIN (a signal was
+// pending) is tried again, up to progLoadAttempts times; other errors are
+// not.
+func TestLoadProgramRetriesEAGAIN(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		errs     []error // what the attempts return, in order; then success
+		wantFD   int
+		wantErr  error
+		wantRuns int
+	}{
+		{"first time", nil, 7, nil, 1},
+		{"after four EAGAINs", []error{unix.EAGAIN, unix.EAGAIN, unix.EAGAIN, unix.EAGAIN}, 7, nil, 5},
+		{"EAGAIN every time", []error{unix.EAGAIN, unix.EAGAIN, unix.EAGAIN, unix.EAGAIN, unix.EAGAIN, unix.EAGAIN}, -1, unix.EAGAIN, progLoadAttempts},
+		{"EPERM", []error{unix.EPERM}, -1, unix.EPERM, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runs := 0
+			fd, err := loadProgram(func(cmd uintptr, attr []byte) (int, error) {
+				if cmd != unix.BPF_PROG_LOAD || len(attr) != 3 {
+					t.Fatalf("called with command %d and %d bytes", cmd, len(attr))
+				}
+				runs++
+				if runs <= len(c.errs) {
+					return -1, c.errs[runs-1]
+				}
+				return 7, nil
+			}, make([]byte, 3))
+			if fd != c.wantFD || err != c.wantErr || runs != c.wantRuns {
+				t.Fatalf("fd %d, err %v after %d attempts; want %d, %v after %d", fd, err, runs, c.wantFD, c.wantErr, c.wantRuns)
+			}
+		})
+	}
+}
