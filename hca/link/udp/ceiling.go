@@ -163,14 +163,25 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 		}
 	})
 	start := time.Now()
+	// The slices have fixed ends, start + k*slice: a slice closed late (a
+	// sendmmsg that blocked) does not push the later ones back, which left
+	// the last too short to count on a loaded host. Slices that ended
+	// during one call share the rate measured over it.
 	slice := cfg.Duration / BlastSlices
+	next := start.Add(slice) // the end of the first slice not recorded
 	sliceAt, sliceBytes := start, uint64(0)
+	closeSlices := func(now time.Time, b uint64) {
+		rate := float64((b-sliceBytes)/uint64(cfg.Size)) / now.Sub(sliceAt).Seconds()
+		for len(res.Rates) < BlastSlices && !next.After(now) {
+			res.Rates = append(res.Rates, rate)
+			next = next.Add(slice)
+		}
+		sliceAt, sliceBytes = now, b
+	}
 	var serr error
 	for now := start; now.Sub(start) < cfg.Duration && ctx.Err() == nil; now = time.Now() {
-		if d := now.Sub(sliceAt); d >= slice && len(res.Rates) < BlastSlices {
-			b := rxBytes.Load()
-			res.Rates = append(res.Rates, float64((b-sliceBytes)/uint64(cfg.Size))/d.Seconds())
-			sliceAt, sliceBytes = now, b
+		if !next.After(now) && len(res.Rates) < BlastSlices {
+			closeSlices(now, rxBytes.Load())
 		}
 		n, errno := mmsg(unix.SYS_SENDMMSG, uintptr(tx), msgs, 0)
 		if errno != 0 {
@@ -188,10 +199,15 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 	stop.Store(true)
 	wg.Wait()
 	res.Received = rxBytes.Load() / uint64(cfg.Size)
-	// The last slice ends with the sending; what was still in flight then
-	// has arrived during the drain.
-	if d := end.Sub(sliceAt); d >= slice/2 && len(res.Rates) < BlastSlices {
-		res.Rates = append(res.Rates, float64((rxBytes.Load()-sliceBytes)/uint64(cfg.Size))/d.Seconds())
+	// The slices that ended with the sending share the rate since the last
+	// one recorded; what was still in flight then has arrived during the
+	// drain. A blast cut short by ctx records a last partial slice if it is
+	// at least half a slice.
+	if end.After(sliceAt) && len(res.Rates) < BlastSlices {
+		if next.After(end) && end.Sub(next.Add(-slice)) >= slice/2 {
+			next = end
+		}
+		closeSlices(end, rxBytes.Load())
 	}
 	if serr == nil && ctx.Err() != nil {
 		serr = ctx.Err()
