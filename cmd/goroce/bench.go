@@ -343,6 +343,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		runtime.GOMAXPROCS(1)
 	}
 
+	if o.loopback {
+		if code, done := privateLoopback("goroce bench", loopbackAddrs[:], stderr); done {
+			return code
+		}
+	}
 	out := newBenchOutput(&o, stdout)
 	var stop <-chan struct{}
 	if o.p.Infinite && (o.loopback || o.host != "") {

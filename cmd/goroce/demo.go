@@ -70,6 +70,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goroce demo: -m %d is not an IB MTU (256, 512, 1024, 2048, 4096)\n", c.mtu)
 		return exitUsage
 	}
+	if code, done := privateLoopback("goroce demo", []netip.Addr{c.addrA, c.addrB}, stderr); done {
+		return code
+	}
 	if err := demo(c, stdout); err != nil {
 		fmt.Fprintf(stderr, "goroce demo: %v\n", err)
 		return exitFail

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/netcfg"
+)
+
+// asMainEnv makes the test binary behave as the goroce binary (TestMain):
+// the tests below need a process that main owns, since only such a process
+// re-runs itself in a private namespace.
+const asMainEnv = "GOROCE_TEST_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// goroceBinary copies the test binary to a directory every user may read,
+// for a run as another user (go test's own build directory is private).
+func goroceBinary(t *testing.T) (bin, dir string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not t.TempDir: its parent directory is private to root.
+	dir, err = os.MkdirTemp("", "goroce-privns-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	bin = filepath.Join(dir, "goroce")
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bin, dir
+}
+
+// The README's first command as an ordinary user: without CAP_NET_RAW the
+// udp link cannot open its raw IPv4 socket, so goroce demo runs itself
+// again in private user and network namespaces, where it has one, and
+// everything works there: every operation verified, the capture written
+// as the user's own file and verified.
+func TestDemoUnprivileged(t *testing.T) {
+	netcfg.SkipUnlessRoot(t) // to run the demo as another user
+	bin, dir := goroceBinary(t)
+	const nobody = 65534
+	file := filepath.Join(dir, "demo.pcap")
+	c := exec.Command(bin, "demo", "--pcap", file, "-D", "300ms", "-n", "200")
+	c.Dir = dir
+	c.Env = append(os.Environ(), asMainEnv+"=1")
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}
+	var out, errs bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errs
+	err := c.Run()
+	if strings.Contains(errs.String(), "cannot be created here") {
+		t.Skipf("this kernel lets no ordinary user create a user namespace: %s", strings.TrimSpace(errs.String()))
+	}
+	if err != nil {
+		t.Fatalf("goroce demo as uid %d: %v\nstdout:\n%s\nstderr:\n%s", nobody, err, out.String(), errs.String())
+	}
+	if !strings.Contains(errs.String(), "no CAP_NET_RAW") || !strings.Contains(errs.String(), "private user and network namespaces") {
+		t.Errorf("stderr does not say why and where the demo ran again:\n%s", errs.String())
+	}
+	for _, op := range []string{"SEND 4096 B", "RDMA_WRITE 65536 B", "RDMA_READ 65536 B", "ATOMIC_CMP_AND_SWP"} {
+		if !strings.Contains(out.String(), "ok    "+op) {
+			t.Errorf("demo output lacks a verified %s:\n%s", op, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), " 0 bad, 0 other") {
+		t.Fatalf("demo output:\n%s", out.String())
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(file, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != nobody {
+		t.Errorf("the capture belongs to uid %d, want the user's own %d", st.Uid, nobody)
+	}
+	if st, vout, _ := runCLI("pcap", "verify", "-q", file); st != exitOK || !strings.HasSuffix(strings.TrimSpace(vout), "0 bad, 0 other") {
+		t.Fatalf("goroce pcap verify: exit %d\n%s", st, lastLine(vout))
+	}
+}
+
+// When another program holds UDP port 4791 on 127.0.0.1, goroce bench
+// --loopback runs itself again in a private network namespace instead of
+// failing to bind (the README used to ask for `unshare -n` by hand).
+func TestBenchLoopbackPortInUse(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	ns, err := netcfg.NewNetNS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	bin, _ := goroceBinary(t)
+	var out, errs bytes.Buffer
+	var runErr error
+	if err := ns.Do(func() error {
+		if err := netcfg.SetUp(nil, "lo"); err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: 4791, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return err
+		}
+		// Started on this thread, the child is born in ns.
+		c := exec.Command(bin, "bench", "send_lat", "--loopback", "-n", "300")
+		c.Env = append(os.Environ(), asMainEnv+"=1")
+		c.Stdout, c.Stderr = &out, &errs
+		runErr = c.Run()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if runErr != nil {
+		t.Fatalf("goroce bench send_lat --loopback: %v\nstdout:\n%s\nstderr:\n%s", runErr, out.String(), errs.String())
+	}
+	if !strings.Contains(errs.String(), "UDP port 4791 on 127.0.0.1 is in use") || !strings.Contains(errs.String(), "private network namespace") {
+		t.Errorf("stderr does not say why and where the run went:\n%s", errs.String())
+	}
+	if !strings.Contains(out.String(), "t_typical[usec]") {
+		t.Errorf("no latency table:\n%s", out.String())
+	}
+}
