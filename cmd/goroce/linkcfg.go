@@ -145,7 +145,8 @@ type linkFlags struct {
 // help text.
 const linkUsage = `Link configuration (flags win over --config):
   --link udp|afpacket|tun|tap   backend (default udp: RoCEv2 over kernel UDP
-                                sockets on port 4791, needs CAP_NET_RAW for IPv4)
+                                sockets on port 4791; IPv4 without CAP_NET_RAW
+                                finds each packet's IP ID from its ICRC)
   --dev IFNAME                  network interface; tun/tap: the device to create,
                                 or an existing persistent one to attach to
   --addr IP                     local address; default: --dev's first address,
@@ -513,6 +514,10 @@ func preferredAddr(addrs []netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// linkNotice is where openLink says how it had to open a link (os.Stderr;
+// tests replace it).
+var linkNotice io.Writer = os.Stderr
+
 // openUDPLink is udp.Open; tests replace it to inject kernel failures.
 var openUDPLink = func(cfg udp.Config) (link.Endpoint, error) { return udp.Open(cfg) }
 
@@ -529,7 +534,17 @@ func openLink(s linkSettings) (link.Endpoint, error) {
 		if s.RxRing && !s.Addr.Is4() {
 			return nil, linkErrf(errLinkConfig, nil, "--rx-ring needs an IPv4 address (IPv6 receives on the UDP socket itself), not %s", s.Addr)
 		}
-		ep, err := openUDPLink(udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll, RxRing: s.RxRing})
+		cfg := udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll, RxRing: s.RxRing}
+		ep, err := openUDPLink(cfg)
+		if err != nil && errors.Is(err, os.ErrPermission) && s.Addr.Is4() && !s.RxRing {
+			// No CAP_NET_RAW for the raw socket: receive on the UDP
+			// socket, each packet's IP ID found from its ICRC.
+			cfg.PlainIPv4 = true
+			if pep, perr := openUDPLink(cfg); perr == nil {
+				ep, err = pep, nil
+				fmt.Fprintf(linkNotice, "goroce: udp link on %s: no CAP_NET_RAW for a raw socket, so IPv4 is received on the UDP socket and each packet's IP ID is found from its ICRC (a corrupt packet then escapes the ICRC check with a chance of about 2^-15 instead of 2^-32; run as root for the full check)\n", s.Addr)
+			}
+		}
 		if err != nil {
 			return nil, classifyOpenErr(err, fmt.Sprintf("udp link on %s port %d", s.Addr, udp.DefaultPort))
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -151,5 +152,66 @@ func TestBenchLoopbackPortInUse(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "t_typical[usec]") {
 		t.Errorf("no latency table:\n%s", out.String())
+	}
+}
+
+// goroce pingpong as an ordinary user: without CAP_NET_RAW the udp link
+// receives IPv4 on its UDP socket and finds each packet's IP ID from its
+// ICRC (udp.Config.PlainIPv4). Server and client run as uid 65534 in a
+// fresh namespace and exchange 4 KiB messages (SEND FIRST/MIDDLE/LAST at
+// path MTU 1024, GSO runs on the wire), saying once each how they opened
+// the link.
+func TestPingpongUnprivileged(t *testing.T) {
+	netcfg.SkipUnlessRoot(t) // to run as another user in a fresh namespace
+	ns, err := netcfg.NewNetNS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	bin, _ := goroceBinary(t)
+	port := freeTCPPort(t)
+	const nobody = 65534
+	cmd := func(args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+		c := exec.Command(bin, args...)
+		c.Env = append(os.Environ(), asMainEnv+"=1")
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}
+		var o, e lockedBuffer
+		c.Stdout, c.Stderr = &o, &e
+		return c, &o, &e
+	}
+	srv, sout, serr := cmd("pingpong", "-p", port, "--addr", "127.0.0.1", "-s", "4096", "-m", "1024", "-n", "200")
+	cli, cout, cerr := cmd("pingpong", "-p", port, "--addr", "127.0.0.2", "-s", "4096", "-m", "1024", "-n", "200", "127.0.0.1")
+	var srvErr, cliErr error
+	if err := ns.Do(func() error {
+		if err := netcfg.SetUp(nil, "lo"); err != nil {
+			return err
+		}
+		if err := srv.Start(); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(sout.String(), "local address") && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cliErr = cli.Run()
+		srvErr = srv.Wait()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		who       string
+		err       error
+		out, errs *lockedBuffer
+	}{{"server", srvErr, sout, serr}, {"client", cliErr, cout, cerr}} {
+		if r.err != nil {
+			t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", r.who, r.err, r.out.String(), r.errs.String())
+		}
+		if n := strings.Count(r.errs.String(), "no CAP_NET_RAW"); n != 1 || strings.Count(r.errs.String(), "\n") != 1 {
+			t.Errorf("%s: stderr should be the one notice of the unprivileged link:\n%s", r.who, r.errs.String())
+		}
+		if !strings.Contains(r.out.String(), "1638400 bytes in") || !strings.Contains(r.out.String(), "200 iters in") {
+			t.Errorf("%s: output:\n%s", r.who, r.out.String())
+		}
 	}
 }

@@ -52,6 +52,10 @@ const connectEnv = "GOROCE_UDP_CONNECT"
 // rxRingEnv overrides Config.RxRing: "1" or "0".
 const rxRingEnv = "GOROCE_UDP_RXRING"
 
+// plainEnv overrides Config.PlainIPv4: "1" or "0" (to try the unprivileged
+// receive path as root, e.g. against kernel rxe).
+const plainEnv = "GOROCE_UDP_PLAIN"
+
 // maxConns bounds the connected sockets of one transmit state; other
 // destinations use the unconnected socket.
 const maxConns = 8

@@ -48,6 +48,18 @@
 // the IP layer: Read checks their IPv4 header checksum, and the host's
 // firewall does not see them, hence opt-in (GOROCE_UDP_RXRING=1/0).
 //
+// Receive path, IPv4 with Config.PlainIPv4 (no CAP_NET_RAW): the UDP
+// socket itself receives, with IP_PKTINFO, IP_RECVTOS and IP_RECVTTL, into
+// the caller's buffers behind room for the headers, which Read rebuilds.
+// Every field the ICRC covers is then known but the identification and
+// the DF flag; the ICRC, affine in those 17 bits and one to one on them,
+// gives them back (vnet.IDSolver): Read computes the ICRC with ID 0 and DF
+// set and solves for the difference. A packet no ID explains (corrupt) is
+// counted and passed on with ID 0, for the HCA to drop on its ICRC. A
+// corrupt packet escapes with a chance of about 2^-15 instead of 2^-32.
+// Frames go out unconnected, since a connected socket would take its
+// peer's datagrams; the kernel segments GSO datagrams before the socket.
+//
 // Receive path, IPv6: raw IPv6 sockets do not show the IP header, so Read
 // receives on the UDP socket with IPV6_RECVPKTINFO, IPV6_RECVHOPLIMIT and
 // IPV6_RECVTCLASS and rebuilds the 40-byte IPv6 header and the UDP header.

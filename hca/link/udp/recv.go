@@ -40,7 +40,9 @@ type rxState struct {
 	e      *Endpoint
 	rc     syscall.RawConn // the socket this state receives from
 	ring   *rxRing         // its RX ring (Config.RxRing), read instead of recvmmsg
-	direct bool            // IPv6 without GRO: receive into the caller's buffers
+	direct bool            // IPv6 without GRO, or PlainIPv4: receive into the caller's buffers
+	named  bool            // recvmmsg reports source addresses and control messages (IPv6, PlainIPv4)
+	hl     int             // IP and UDP header bytes a direct receive leaves room for
 	msgs   []unix.Mmsghdr
 	iovs   []unix.Iovec
 	sa6    []unix.RawSockaddrInet6
@@ -56,6 +58,7 @@ type rxState struct {
 	hdr [ipv4Hdr + udpHdr]byte
 
 	pkt wire.Packet
+	ids vnet.IDSolverCache // PlainIPv4: the IDs of received packets, from their ICRCs
 
 	poll  sockpoll.Poll // TryRead, Read and WaitRead
 	nmsg  int
@@ -72,10 +75,15 @@ type rxState struct {
 func (r *rxState) init(e *Endpoint, rc syscall.RawConn, ring *rxRing) {
 	r.e, r.rc, r.ring = e, rc, ring
 	n := e.cfg.BatchSize
-	r.direct = e.is6 && !e.cfg.GRO
+	r.direct = e.is6 && !e.cfg.GRO || e.plain4
+	r.named = e.is6 || e.plain4
+	r.hl = ipv6Hdr + udpHdr
+	if e.plain4 {
+		r.hl = ipv4Hdr + udpHdr
+	}
 	r.msgs = make([]unix.Mmsghdr, n)
 	r.iovs = make([]unix.Iovec, n)
-	if e.is6 {
+	if r.named {
 		r.sa6 = make([]unix.RawSockaddrInet6, n)
 		r.oob = make([]byte, n*oobSize)
 	}
@@ -149,8 +157,8 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 			r.ownBuffers()
 		} else {
 			k := 0
-			for k < len(bufs) && len(bufs[k]) > offset+ipv6Hdr+udpHdr {
-				setIov(&r.iovs[k], bufs[k][offset+ipv6Hdr+udpHdr:])
+			for k < len(bufs) && len(bufs[k]) > offset+r.hl {
+				setIov(&r.iovs[k], bufs[k][offset+r.hl:])
 				k++
 			}
 			if k == 0 {
@@ -225,6 +233,9 @@ func (r *rxState) ViewRead(wait bool, max, maxFrame int, fn func(frame []byte)) 
 	}
 	if e.is6 {
 		return 0, fmt.Errorf("udp: frame views of IPv6: %w", link.ErrNotSupported)
+	}
+	if e.plain4 {
+		return 0, fmt.Errorf("udp: frame views without a raw socket (PlainIPv4): %w", link.ErrNotSupported)
 	}
 	if max < 1 {
 		return 0, nil
@@ -314,19 +325,19 @@ func (r *rxState) view4(d []byte, max, maxFrame int, fn func([]byte)) int {
 // so they are set once; of the fields the kernel writes, only the name and
 // control lengths are also inputs, and only in the messages it filled.
 func (r *rxState) prepareMsgs() {
-	is6 := r.e.is6
+	named := r.named
 	for i := r.ready; i < r.nmsg; i++ {
 		m := &r.msgs[i]
 		*m = unix.Mmsghdr{}
 		m.Hdr.Iov = &r.iovs[i]
 		m.Hdr.SetIovlen(1)
-		if is6 {
+		if named {
 			m.Hdr.Name = (*byte)(unsafe.Pointer(&r.sa6[i]))
 			m.Hdr.Control = &r.oob[i*oobSize]
 		}
 	}
 	r.ready = max(r.ready, r.nmsg)
-	if is6 {
+	if named {
 		setLens := func(from, to int) {
 			for i := from; i < to; i++ {
 				m := &r.msgs[i]
@@ -646,6 +657,13 @@ func (r *rxState) deliverDirect(bufs [][]byte, sizes []int, offset int) int {
 			e.st.rxTooLarge.Add(1)
 			continue
 		}
+		if e.plain4 {
+			if r.direct4(m, i, bufs[n][offset:], bufs[i][offset:]) {
+				sizes[n] = ipv4Hdr + udpHdr + int(m.Len)
+				n++
+			}
+			continue
+		}
 		dst, hop, tc, _, ok := r.ipv6Info(m, i)
 		if !ok || dst != e.cfg.Addr.As16() {
 			e.st.rxWrongAddress.Add(1)
@@ -697,4 +715,90 @@ func (r *rxState) deliver6(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int
 		n++
 	}
 	return n
+}
+
+// direct4 finishes IPv4 datagram i of a PlainIPv4 receive, which recvmmsg
+// put into in after ipv4Hdr+udpHdr bytes of room, as a frame in out (in
+// itself, or an earlier buffer when compacting over dropped datagrams):
+// it writes the IPv4 and UDP headers the socket reported, with the ID and
+// DF flag that make the ICRC verify. It reports false for a datagram
+// dropped and counted.
+func (r *rxState) direct4(m *unix.Mmsghdr, i int, out, in []byte) bool {
+	e := r.e
+	const h = ipv4Hdr + udpHdr
+	size := int(m.Len)
+	dst, ttl, tos, ok := r.ipv4Info(m, i)
+	if !ok || dst != e.cfg.Addr.As4() {
+		e.st.rxWrongAddress.Add(1)
+		return false
+	}
+	if h+size > 0xFFFF {
+		e.st.rxMalformed.Add(1)
+		return false
+	}
+	if &out[0] != &in[0] {
+		copy(out[h:], in[h:h+size])
+	}
+	sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&r.sa6[i]))
+	f := out[:h+size]
+	f[0], f[1] = 0x45, tos
+	binary.BigEndian.PutUint16(f[2:], uint16(h+size))
+	binary.BigEndian.PutUint32(f[4:], 0x4000) // ID 0, DF: solved below
+	f[8], f[9] = ttl, unix.IPPROTO_UDP
+	f[10], f[11] = 0, 0
+	copy(f[12:16], sa.Addr[:])
+	copy(f[16:20], dst[:])
+	copy(f[20:22], (*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+	binary.BigEndian.PutUint16(f[22:], e.cfg.Port)
+	binary.BigEndian.PutUint16(f[24:], uint16(udpHdr+size))
+	f[26], f[27] = 0, 0 // no UDP checksum (masked in the ICRC)
+	if size >= bth12+4 {
+		r.pkt = wire.Packet{Frame: f, Kind: wire.KindRoCEv2IPv4, IPOff: 0, UDPOff: ipv4Hdr,
+			BTHOff: h, ICRCOff: len(f) - 4, LRHOff: -1, GRHOff: -1, EthOff: -1, VCRCOff: -1}
+		d := wire.ICRC(f, &r.pkt) ^ binary.LittleEndian.Uint32(f[len(f)-4:])
+		if id, df, ok := r.ids.Get(len(f)).Solve(d); ok {
+			binary.BigEndian.PutUint16(f[4:], id)
+			if !df {
+				f[6] = 0
+			}
+			e.st.rxIDSolved.Add(1)
+		} else {
+			e.st.rxIDUnsolved.Add(1)
+		}
+	}
+	vnet.SetIPv4Checksum(f[:ipv4Hdr])
+	return true
+}
+
+// ipv4Info extracts the destination address, TTL and TOS from the control
+// messages of m (PlainIPv4).
+func (r *rxState) ipv4Info(m *unix.Mmsghdr, i int) (dst [4]byte, ttl, tos uint8, ok bool) {
+	oob := r.oob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)]
+	ttl = 64
+	for len(oob) >= unix.SizeofCmsghdr {
+		c := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(c.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			break
+		}
+		data := oob[unix.CmsgLen(0):l]
+		if c.Level == unix.IPPROTO_IP {
+			switch {
+			case c.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+				// struct in_pktinfo: ifindex, spec_dst, then the header's
+				// destination address.
+				dst, ok = [4]byte(data[8:12]), true
+			case c.Type == unix.IP_TTL && len(data) >= 4:
+				ttl = uint8(binary.NativeEndian.Uint32(data))
+			case c.Type == unix.IP_TOS && len(data) >= 1:
+				tos = data[0]
+			}
+		}
+		adv := unix.CmsgSpace(l - unix.CmsgLen(0))
+		if adv > len(oob) {
+			break
+		}
+		oob = oob[adv:]
+	}
+	return
 }

@@ -72,6 +72,22 @@ type Config struct {
 	// GOROCE_UDP_RXRING=1 (or =0) in the environment overrides it. Ignored
 	// for IPv6.
 	RxRing bool
+	// PlainIPv4 receives IPv4 on the UDP socket itself instead of a raw
+	// socket, so that no CAP_NET_RAW is needed: an ordinary user's link.
+	// The socket reports the addresses, ports, TOS and TTL of what it
+	// receives but not the IPv4 identification and flags, which the ICRC
+	// covers; Read rebuilds the header with the ID and DF flag that make
+	// the ICRC verify (vnet.IDSolver) and counts the packets no ID explains
+	// (Stats.RxIDUnsolved), which it passes on with ID 0 for the HCA to
+	// drop on their ICRC. Frames go out through the one unconnected socket
+	// (as with NoConnect): a connected one would take its peer's datagrams
+	// from the socket that receives. The price: the ICRC spends 17 of its 32 bits on
+	// the ID and flags, so a corrupted IPv4 packet goes undetected with a
+	// chance of about 2^-15 instead of 2^-32, and every packet costs one
+	// more CRC pass. No receive queues (SplitRx), no frame views
+	// (ViewRead), no RxRing. Ignored for IPv6, which has no ID.
+	// GOROCE_UDP_PLAIN=1 (or =0) in the environment overrides it.
+	PlainIPv4 bool
 }
 
 // Stats are the endpoint's counters.
@@ -95,12 +111,15 @@ type Stats struct {
 	RxMalformed    uint64 // dropped: IP/UDP header not as expected
 	RxWrongAddress uint64 // dropped: not addressed to Addr:Port
 	RxRing         uint64 // IPv4 packets taken from the RX ring (Config.RxRing)
+	RxIDSolved     uint64 // IPv4 packets whose ID and flags were found from their ICRC (Config.PlainIPv4)
+	RxIDUnsolved   uint64 // IPv4 packets whose ICRC no ID explains, passed on with ID 0 (Config.PlainIPv4)
 }
 
 type counters struct {
 	txFrames, txCalls, txGSOBatches, txGSOSegments, txICRCPatched, txRejected, txErrors, gsoDisabled atomic.Uint64
 	txConnected, connOpened, connFailed, connFallbacks                                               atomic.Uint64
 	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress, rxRing                          atomic.Uint64
+	rxIDSolved, rxIDUnsolved                                                                         atomic.Uint64
 }
 
 // Errors.
@@ -117,10 +136,12 @@ var (
 // Endpoint is a RoCEv2 link over kernel UDP sockets. It implements
 // link.Endpoint and link.SourcePorter.
 type Endpoint struct {
-	cfg   Config
-	is6   bool
-	mtu   int
-	addrs []netip.Addr
+	cfg Config
+	is6 bool
+	// plain4: IPv4 received on the UDP socket (Config.PlainIPv4).
+	plain4 bool
+	mtu    int
+	addrs  []netip.Addr
 
 	udp    *os.File // bound UDP socket: sends; receives for IPv6
 	udpRC  syscall.RawConn
@@ -183,7 +204,19 @@ func Open(cfg Config) (*Endpoint, error) {
 	if on, ok := envSwitch(rxRingEnv); ok {
 		cfg.RxRing = on
 	}
+	if on, ok := envSwitch(plainEnv); ok {
+		cfg.PlainIPv4 = on
+	}
 	e := &Endpoint{cfg: cfg, is6: cfg.Addr.Is6(), addrs: []netip.Addr{cfg.Addr}}
+	e.plain4 = !e.is6 && cfg.PlainIPv4
+	if e.plain4 && cfg.RxRing {
+		return nil, errors.New("udp: PlainIPv4 and RxRing exclude each other (a packet socket needs CAP_NET_RAW)")
+	}
+	if e.plain4 {
+		// A socket connected to a peer would take that peer's datagrams
+		// from the one socket that receives.
+		e.cfg.NoConnect = true
+	}
 	mtu, err := interfaceMTU(cfg.Addr)
 	if err != nil {
 		return nil, err
@@ -289,6 +322,21 @@ func (e *Endpoint) openSockets() error {
 		sa := &unix.SockaddrInet6{Port: int(e.cfg.Port), Addr: e.cfg.Addr.As16()}
 		if err := unix.Bind(fd, sa); err != nil {
 			return fmt.Errorf("udp: bind [%v]:%d: %w", e.cfg.Addr, e.cfg.Port, err)
+		}
+	} else if e.plain4 {
+		for _, o := range [][3]int{
+			{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO},
+			{unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
+			{unix.IPPROTO_IP, unix.IP_RECVTOS, 1},
+			{unix.IPPROTO_IP, unix.IP_RECVTTL, 1},
+		} {
+			if err := unix.SetsockoptInt(fd, o[0], o[1], o[2]); err != nil {
+				return fmt.Errorf("udp: setsockopt %d/%d: %w", o[0], o[1], err)
+			}
+		}
+		sa := &unix.SockaddrInet4{Port: int(e.cfg.Port), Addr: e.cfg.Addr.As4()}
+		if err := unix.Bind(fd, sa); err != nil {
+			return fmt.Errorf("udp: bind %v:%d: %w", e.cfg.Addr, e.cfg.Port, err)
 		}
 	} else {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
@@ -416,6 +464,7 @@ func (e *Endpoint) Stats() Stats {
 		ConnsFailed: c.connFailed.Load(), ConnFallbacks: c.connFallbacks.Load(),
 		RxFrames: c.rxFrames.Load(), RxAggregates: c.rxAggregates.Load(), RxTooLarge: c.rxTooLarge.Load(),
 		RxMalformed: c.rxMalformed.Load(), RxWrongAddress: c.rxWrongAddress.Load(), RxRing: c.rxRing.Load(),
+		RxIDSolved: c.rxIDSolved.Load(), RxIDUnsolved: c.rxIDUnsolved.Load(),
 	}
 }
 
@@ -442,6 +491,8 @@ func (e *Endpoint) SplitRx(n int) ([]link.Reader, error) {
 		return nil, link.ErrClosed
 	case e.is6:
 		return nil, fmt.Errorf("udp: receive queues on IPv6: %w", link.ErrNotSupported)
+	case e.plain4:
+		return nil, fmt.Errorf("udp: receive queues without a raw socket (PlainIPv4): %w", link.ErrNotSupported)
 	case e.split:
 		return nil, errors.New("udp: SplitRx called twice")
 	case n < 1 || n > 64:

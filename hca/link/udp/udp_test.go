@@ -56,6 +56,10 @@ func TestConformanceIPv4(t *testing.T) {
 		{"rxring", func(c *Config) { c.RxRing = true }},
 		{"rxring-busypoll", func(c *Config) { c.RxRing = true; c.BusyPoll = true }},
 		{"rxring-mtu1500", func(c *Config) { c.RxRing = true; c.MTU = 1500; c.BatchSize = 8 }},
+		{"plain", func(c *Config) { c.PlainIPv4 = true }},
+		{"plain-sendmmsg", func(c *Config) { c.PlainIPv4 = true; c.NoGSO = true }},
+		{"plain-mtu1500", func(c *Config) { c.PlainIPv4 = true; c.MTU = 1500; c.BatchSize = 8 }},
+		{"plain-busypoll", func(c *Config) { c.PlainIPv4 = true; c.BusyPoll = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {

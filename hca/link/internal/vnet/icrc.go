@@ -71,29 +71,126 @@ func (b *IDBasis) Delta(x uint16) uint32 { return b.lo[x&0xFF] ^ b.hi[x>>8] }
 
 // IDCache maps packet lengths to bases; single owner. The last length is
 // remembered, so a run of equal lengths costs no map lookup.
-type IDCache struct {
-	m       map[int]*IDBasis
-	lastLen int
-	last    *IDBasis
-}
+type IDCache struct{ c lengthCache[IDBasis] }
 
 // Get returns the basis for pktLen, computing it on first use (one
 // allocation per new length; at most 64 lengths are kept).
-func (c *IDCache) Get(pktLen int) *IDBasis {
+func (c *IDCache) Get(pktLen int) *IDBasis { return c.c.get(pktLen, NewIDBasis) }
+
+// lengthCache maps packet lengths to values made by a constructor.
+type lengthCache[T any] struct {
+	m       map[int]*T
+	lastLen int
+	last    *T
+}
+
+func (c *lengthCache[T]) get(pktLen int, mk func(int) *T) *T {
 	if c.last != nil && c.lastLen == pktLen {
 		return c.last
 	}
-	b, ok := c.m[pktLen]
+	v, ok := c.m[pktLen]
 	if !ok {
 		if c.m == nil {
-			c.m = make(map[int]*IDBasis)
+			c.m = make(map[int]*T)
 		}
 		if len(c.m) >= 64 {
 			clear(c.m) // bounded: lengths come from a handful of MTUs
 		}
-		b = NewIDBasis(pktLen)
-		c.m[pktLen] = b
+		v = mk(pktLen)
+		c.m[pktLen] = v
 	}
-	c.lastLen, c.last = pktLen, b
-	return b
+	c.lastLen, c.last = pktLen, v
+	return v
 }
+
+// IDSolver inverts IDBasis for one packet length: from the difference
+// between a packet's ICRC and the ICRC computed over it with ID 0, it
+// finds the ID (and whether DF was clear) that explains it. The udp link
+// needs it where it cannot see the IPv4 header of what it receives (a UDP
+// socket instead of a raw one): every field the ICRC covers is known but
+// the identification and the flags, 17 bits that a 32-bit difference pins
+// down, since the map from them to the difference is linear and one to
+// one (the bits lie within 24 consecutive bits of the CRC input, fewer
+// than the CRC's degree).
+type IDSolver struct {
+	basis IDBasis
+	// Reduced row echelon form of the 16 ID bits' changes: row k changes
+	// ICRC bit pivot[k], which no other row changes, and is the change of
+	// the IDs in mix[k] XORed together.
+	pivot [16]uint8
+	mix   [16]uint16
+	df    uint32 // the change when the DF flag flips
+}
+
+// NewIDSolver computes the solver for IPv4 RoCEv2 packets of pktLen bytes
+// (IP header through ICRC, 20-byte IP header).
+func NewIDSolver(pktLen int) *IDSolver {
+	s := &IDSolver{basis: *NewIDBasis(pktLen)}
+	if pktLen < 11 || pktLen-11 > len(zeros) {
+		return s
+	}
+	// DF is bit 0x40 of byte 6, so pktLen-11 bytes follow it in the CRC
+	// input (NewIDBasis).
+	s.df = rawCRC(rawCRC(0, []byte{0x40}), zeros[:pktLen-11])
+	var w [16]uint32
+	for i := range 16 {
+		w[i] = s.basis.Delta(uint16(1) << i)
+		s.mix[i] = uint16(1) << i
+		for k := range i {
+			if w[i]>>s.pivot[k]&1 != 0 {
+				w[i] ^= w[k]
+				s.mix[i] ^= s.mix[k]
+			}
+		}
+		if w[i] == 0 {
+			return s // cannot happen (see the type's comment); Solve then finds nothing
+		}
+		p := uint8(0)
+		for w[i]>>p&1 == 0 {
+			p++
+		}
+		s.pivot[i] = p
+		for k := range i {
+			if w[k]>>p&1 != 0 {
+				w[k] ^= w[i]
+				s.mix[k] ^= s.mix[i]
+			}
+		}
+	}
+	return s
+}
+
+// Solve returns the ID and DF flag of a packet whose received ICRC differs
+// from the one computed with ID 0 and DF set by d, and ok false when no ID
+// and flag explain d: the packet is corrupt (or carries IP options or
+// fragment bits, which RoCE never sends).
+func (s *IDSolver) Solve(d uint32) (id uint16, df, ok bool) {
+	if d == 0 {
+		return 0, true, true
+	}
+	if id, ok = s.solve(d); ok {
+		return id, true, true
+	}
+	if s.df != 0 {
+		if id, ok = s.solve(d ^ s.df); ok {
+			return id, false, true
+		}
+	}
+	return 0, false, false
+}
+
+func (s *IDSolver) solve(d uint32) (uint16, bool) {
+	var x uint16
+	for k := range 16 {
+		x ^= s.mix[k] & -uint16(d>>s.pivot[k]&1)
+	}
+	return x, s.basis.Delta(x) == d
+}
+
+// IDSolverCache maps packet lengths to solvers as IDCache maps them to
+// bases; single owner.
+type IDSolverCache struct{ c lengthCache[IDSolver] }
+
+// Get returns the solver for pktLen, computing it on first use (at most
+// 64 lengths are kept).
+func (c *IDSolverCache) Get(pktLen int) *IDSolver { return c.c.get(pktLen, NewIDSolver) }
