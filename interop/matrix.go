@@ -96,6 +96,9 @@ type Case struct {
 	Loss       bool   // 1% random loss of UDP 4791 (nft in NetNS; netem on the veth for rxe↔rxe)
 	IPv6       bool   // RoCEv2 over IPv6: GIDs GuestIP6 / HostIP6 (udp and afpacket links)
 	XDP        bool   // afpacket link with --xdp generic: RoCE frames through an AF_XDP socket on the bridge
+	// Plain: goroce's udp link with --plain-ipv4, receiving on its UDP socket as an ordinary
+	// user's does, each IP ID (rxe picks them at random) found from the packet's ICRC.
+	Plain bool
 	// Opcodes that the capture of the run must contain (goroce pcap verify names).
 	Opcodes []string
 	Note    string
@@ -116,7 +119,7 @@ func (c Case) link() string {
 // Applies reports whether the case runs in direction d. The rxe↔rxe baseline is only run
 // for the UDP link over IPv4 (the other links and IPv6 change goroce's side only).
 func (c Case) Applies(d Direction) bool {
-	return d != RxeToRxe || c.link() == "udp" && !c.IPv6 && c.Interrupt == 0
+	return d != RxeToRxe || c.link() == "udp" && !c.IPv6 && c.Interrupt == 0 && !c.Plain
 }
 
 // LinkMTU is the Ethernet MTU that gives rxe the case's active MTU (rxe keeps 80 bytes of
@@ -221,6 +224,7 @@ func withXDP(c *Case)               { c.Link, c.XDP = "afpacket", true }
 func mtu4096(c *Case)               { c.MTU = 4096 }
 func lossy(c *Case)                 { c.Loss = true }
 func ipv6(c *Case)                  { c.IPv6 = true }
+func plainIPv4(c *Case)             { c.Plain = true; c.Goroce += " --plain-ipv4" }
 func note(n string) func(*Case)     { return func(c *Case) { c.Note = n } }
 func interrupt(sec int) func(*Case) { return func(c *Case) { c.Interrupt = sec } }
 
@@ -262,6 +266,11 @@ var Matrix = []Case{
 	pp("rc_pingpong_loss", "ibv_rc_pingpong -n 500 -s 4096", "pingpong --qp rc -n 500 -s 4096",
 		sendFML, lossy, note("1% loss: NAK / retransmission")),
 
+	pp("rc_pingpong_loss_plain", "ibv_rc_pingpong -n 500 -s 4096", "pingpong --qp rc -n 500 -s 4096",
+		sendFML, lossy, plainIPv4, note("goroce without a raw socket (as an ordinary user), 1% loss")),
+	pp("ud_pingpong_plain", "ibv_ud_pingpong -n 100 -s 512", "pingpong --qp ud -n 100 -s 512",
+		[]string{"UD_SEND_ONLY"}, plainIPv4, note("goroce without a raw socket (as an ordinary user)")),
+
 	pp("rc_pingpong_ipv6", "ibv_rc_pingpong -n 100 -s 4096", "pingpong --qp rc -n 100 -s 4096",
 		sendFML, ipv6, note("RoCEv2 over IPv6; rxe sends UDP checksum 0")),
 	pp("ud_pingpong_ipv6", "ibv_ud_pingpong -n 100 -s 512", "pingpong --qp ud -n 100 -s 512",
@@ -292,6 +301,10 @@ var Matrix = []Case{
 	pt("write_bw_64k_loss", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, lossy),
 	pt("send_bw_64k_loss", "ib_send_bw", "send_bw", "-s 65536 -n 500", sendFML, lossy),
 	pt("read_bw_64k_loss", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, lossy),
+	pt("write_bw_64k_loss_plain", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, lossy, plainIPv4,
+		note("goroce without a raw socket (as an ordinary user)")),
+	pt("read_bw_64k_plain", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, plainIPv4,
+		note("goroce without a raw socket (as an ordinary user)")),
 	pt("read_bw_xdp_loss", "ib_read_bw", "read_bw", "-s 65536 -n 500", readFML, lossy, withXDP,
 		note("loss on the VM's tap, which goroce's AF_XDP frames cross too")),
 	pt("write_bw_64k_ipv6", "ib_write_bw", "write_bw", "-s 65536 -n 500", writeFML, ipv6),

@@ -109,6 +109,10 @@ type linkSettings struct {
 	// RxRing receives the udp link's IPv4 packets from a packet socket's
 	// RX ring (udp.Config.RxRing).
 	RxRing bool
+	// PlainIPv4 receives the udp link's IPv4 packets on its UDP socket,
+	// IP IDs found from the ICRCs (udp.Config.PlainIPv4): what an
+	// ordinary user's link does anyway.
+	PlainIPv4 bool
 	// XDP moves the afpacket link's RoCE frames through an AF_XDP socket
 	// (afpacket.Config.XDP): "" off, "generic" or "native" XDP.
 	XDP string
@@ -138,6 +142,7 @@ type linkFlags struct {
 	kaddr  string
 	routes string
 	rxRing bool
+	plain  bool
 	xdp    string
 }
 
@@ -163,13 +168,18 @@ const linkUsage = `Link configuration (flags win over --config):
                                 ring instead of a raw socket (a busy poll reads memory,
                                 no system call; the host firewall does not see what
                                 the ring receives)
+  --plain-ipv4                  udp link over IPv4: receive on the UDP socket, each
+                                packet's IP ID found from its ICRC, as without
+                                CAP_NET_RAW (a corrupt packet escapes the ICRC check
+                                with a chance of ~2^-15 instead of 2^-32)
   --xdp generic|native          afpacket link: receive and send RoCE frames through an
                                 AF_XDP socket on the interface's queue 0, steered by an
                                 XDP program in generic (skb) or the driver's mode: no
                                 IP stack, packet tap or qdisc on the way (interface MTU
                                 at most 3822; needs root)
   --config FILE                 key=value lines: link, dev, addr, kernel-addr, routes,
-                                encap, mtu, pcap, rx-ring, xdp ('#' starts a comment)`
+                                encap, mtu, pcap, rx-ring, plain-ipv4, xdp ('#' starts
+                                a comment)`
 
 // addLinkFlags registers --link, --dev, --addr, --encap, --link-mtu, --pcap
 // and --config on fs. The link MTU flag is not --mtu because the tools that
@@ -186,6 +196,7 @@ func addLinkFlags(fs *flag.FlagSet) *linkFlags {
 	fs.IntVar(&lf.mtu, "link-mtu", 0, "cap the link MTU to `BYTES` (0: the interface's; config key mtu)")
 	fs.StringVar(&lf.pcap, "pcap", "", "capture the link's frames to `FILE`")
 	fs.BoolVar(&lf.rxRing, "rx-ring", false, "udp link over IPv4: receive from a packet socket's RX ring, not a raw socket (the host firewall does not see those packets)")
+	fs.BoolVar(&lf.plain, "plain-ipv4", false, "udp link over IPv4: receive on the UDP socket, each packet's IP ID found from its ICRC, as without CAP_NET_RAW")
 	fs.StringVar(&lf.xdp, "xdp", "", "afpacket link: RoCE frames through an AF_XDP socket, the XDP program in `MODE` generic or native")
 	return lf
 }
@@ -225,13 +236,14 @@ func (lf *linkFlags) settings() (linkSettings, error) {
 		"mtu":         pickAs("mtu", "link-mtu", mtu),
 		"pcap":        pick("pcap", lf.pcap),
 		"rx-ring":     pick("rx-ring", strconv.FormatBool(lf.rxRing)),
+		"plain-ipv4":  pick("plain-ipv4", strconv.FormatBool(lf.plain)),
 		"xdp":         pick("xdp", lf.xdp),
 	})
 }
 
 // linkConfigKeys are the keys a config file may hold.
 var linkConfigKeys = map[string]bool{"link": true, "dev": true, "addr": true, "kernel-addr": true, "routes": true,
-	"encap": true, "mtu": true, "pcap": true, "rx-ring": true, "xdp": true}
+	"encap": true, "mtu": true, "pcap": true, "rx-ring": true, "plain-ipv4": true, "xdp": true}
 
 // readLinkConfig reads key=value lines. Blank lines and lines starting with
 // '#' are skipped; an unknown key, a line without '=' or a key given twice
@@ -255,7 +267,7 @@ func readLinkConfig(name string) (map[string]string, error) {
 		case !ok:
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, line)
 		case !linkConfigKeys[k]:
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap, rx-ring or xdp)", name, n, k)
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap, rx-ring, plain-ipv4 or xdp)", name, n, k)
 		}
 		if _, dup := kv[k]; dup {
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: key %q given twice", name, n, k)
@@ -343,6 +355,22 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 			return s, linkErrf(errLinkConfig, nil, "rx-ring needs an IPv4 address (IPv6 receives on the UDP socket itself), not %s", s.Addr)
 		}
 		s.RxRing = b
+	}
+	if r := kv["plain-ipv4"]; r != "" {
+		b, err := strconv.ParseBool(r)
+		if err != nil {
+			return s, linkErrf(errLinkConfig, nil, "plain-ipv4 %q is not true or false", r)
+		}
+		if b && s.Link != linkUDP {
+			return s, linkErrf(errLinkConfig, nil, "plain-ipv4 applies to the udp link only, not to the %s link", s.Link)
+		}
+		if b && s.Addr.Is6() {
+			return s, linkErrf(errLinkConfig, nil, "plain-ipv4 needs an IPv4 address (IPv6 always receives on the UDP socket), not %s", s.Addr)
+		}
+		if b && s.RxRing {
+			return s, linkErrf(errLinkConfig, nil, "plain-ipv4 and rx-ring exclude each other (the ring is a packet socket, which needs CAP_NET_RAW)")
+		}
+		s.PlainIPv4 = b
 	}
 	switch x := kv["xdp"]; x {
 	case "":
@@ -534,9 +562,12 @@ func openLink(s linkSettings) (link.Endpoint, error) {
 		if s.RxRing && !s.Addr.Is4() {
 			return nil, linkErrf(errLinkConfig, nil, "--rx-ring needs an IPv4 address (IPv6 receives on the UDP socket itself), not %s", s.Addr)
 		}
-		cfg := udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll, RxRing: s.RxRing}
+		if s.PlainIPv4 && !s.Addr.Is4() {
+			return nil, linkErrf(errLinkConfig, nil, "--plain-ipv4 needs an IPv4 address (IPv6 always receives on the UDP socket), not %s", s.Addr)
+		}
+		cfg := udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll, RxRing: s.RxRing, PlainIPv4: s.PlainIPv4}
 		ep, err := openUDPLink(cfg)
-		if err != nil && errors.Is(err, os.ErrPermission) && s.Addr.Is4() && !s.RxRing {
+		if err != nil && errors.Is(err, os.ErrPermission) && s.Addr.Is4() && !s.RxRing && !s.PlainIPv4 {
 			// No CAP_NET_RAW for the raw socket: receive on the UDP
 			// socket, each packet's IP ID found from its ICRC.
 			cfg.PlainIPv4 = true

@@ -76,6 +76,15 @@ func TestLinkSettings(t *testing.T) {
 		{name: "rx-ring on IPv6", args: []string{"--addr", "::1", "--rx-ring"}, kind: errLinkConfig, msg: "rx-ring needs an IPv4 address"},
 		{name: "rx-ring on afpacket", args: []string{"--link", "afpacket", "--dev", "veth0", "--rx-ring"}, kind: errLinkConfig,
 			msg: "rx-ring applies to the udp link only"},
+		{name: "plain-ipv4 flag", args: []string{"--plain-ipv4"}, want: linkSettings{Link: "udp", Encap: "roce2", PlainIPv4: true}},
+		{name: "plain-ipv4 in file", args: []string{"--config", writeFile(t, "p.conf", "plain-ipv4=true\n")},
+			want: linkSettings{Link: "udp", Encap: "roce2", PlainIPv4: true}},
+		{name: "plain-ipv4 bad value", args: []string{"--config", writeFile(t, "pb.conf", "plain-ipv4=1x\n")}, kind: errLinkConfig,
+			msg: `plain-ipv4 "1x" is not true or false`},
+		{name: "plain-ipv4 on IPv6", args: []string{"--addr", "::1", "--plain-ipv4"}, kind: errLinkConfig, msg: "plain-ipv4 needs an IPv4 address"},
+		{name: "plain-ipv4 with rx-ring", args: []string{"--plain-ipv4", "--rx-ring"}, kind: errLinkConfig, msg: "plain-ipv4 and rx-ring exclude each other"},
+		{name: "plain-ipv4 on tap", args: []string{"--link", "tap", "--addr", "10.9.0.2/24", "--plain-ipv4"}, kind: errLinkConfig,
+			msg: "plain-ipv4 applies to the udp link only"},
 		{name: "xdp flag", args: []string{"--link", "afpacket", "--dev", "veth0", "--xdp", "native"},
 			want: linkSettings{Link: "afpacket", Dev: "veth0", Encap: "roce2", XDP: "native"}},
 		{name: "xdp in file", args: []string{"--config", writeFile(t, "x.conf", "link=afpacket\ndev=veth0\nxdp=generic\n")},
@@ -274,6 +283,26 @@ func TestOpenDeviceBusyPollLink(t *testing.T) {
 	openDevice(linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrA, RxRing: true}, "", "")
 	if got == nil || !got.RxRing {
 		t.Fatalf("--rx-ring: udp.Config %+v, want RxRing", got)
+	}
+	// --plain-ipv4 reaches udp.Config.
+	got = nil
+	openDevice(linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrA, PlainIPv4: true}, "", "")
+	if got == nil || !got.PlainIPv4 {
+		t.Fatalf("--plain-ipv4: udp.Config %+v, want PlainIPv4", got)
+	}
+	// Refused the raw socket, the link is opened again with PlainIPv4
+	// (TestPingpongUnprivileged sees the notice it then prints).
+	var cfgs []udp.Config
+	openUDPLink = func(cfg udp.Config) (link.Endpoint, error) {
+		cfgs = append(cfgs, cfg)
+		if !cfg.PlainIPv4 {
+			return nil, fmt.Errorf("udp: raw IPv4 socket (needs CAP_NET_RAW): %w", syscall.EPERM)
+		}
+		return nil, errors.New("not opened in this test")
+	}
+	openDevice(linkSettings{Link: "udp", Encap: "roce2", Addr: testAddrA}, "", "")
+	if len(cfgs) != 2 || cfgs[0].PlainIPv4 || !cfgs[1].PlainIPv4 {
+		t.Fatalf("after EPERM: opened %+v, want the same config again with PlainIPv4", cfgs)
 	}
 }
 
