@@ -81,11 +81,11 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 }
 
 func demo(c demoConfig, out io.Writer) (err error) {
-	epA, err := udp.Open(udp.Config{Addr: c.addrA})
+	epA, err := openUDPFallback(udp.Config{Addr: c.addrA})
 	if err != nil {
 		return fmt.Errorf("device A link on %s: %w", c.addrA, explainLinkErr(err))
 	}
-	epB, err := udp.Open(udp.Config{Addr: c.addrB})
+	epB, err := openUDPFallback(udp.Config{Addr: c.addrB})
 	if err != nil {
 		epA.Close()
 		return fmt.Errorf("device B link on %s: %w", c.addrB, explainLinkErr(err))

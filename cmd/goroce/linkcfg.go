@@ -549,6 +549,25 @@ var linkNotice io.Writer = os.Stderr
 // openUDPLink is udp.Open; tests replace it to inject kernel failures.
 var openUDPLink = func(cfg udp.Config) (link.Endpoint, error) { return udp.Open(cfg) }
 
+// openUDPFallback opens a udp link with cfg; when the kernel refuses the
+// raw socket of an IPv4 link (no CAP_NET_RAW), it opens the link again
+// receiving on the UDP socket, each packet's IP ID found from its ICRC
+// (udp.Config.PlainIPv4), and says so on linkNotice. It returns the first
+// error if that fails too.
+func openUDPFallback(cfg udp.Config) (link.Endpoint, error) {
+	ep, err := openUDPLink(cfg)
+	if err == nil || !errors.Is(err, os.ErrPermission) || !cfg.Addr.Is4() || cfg.RxRing || cfg.PlainIPv4 {
+		return ep, err
+	}
+	cfg.PlainIPv4 = true
+	pep, perr := openUDPLink(cfg)
+	if perr != nil {
+		return nil, err
+	}
+	fmt.Fprintf(linkNotice, "goroce: udp link on %s: no CAP_NET_RAW for a raw socket, so IPv4 is received on the UDP socket and each packet's IP ID is found from its ICRC (a corrupt packet then escapes the ICRC check with a chance of about 2^-15 instead of 2^-32; run as root for the full check)\n", cfg.Addr)
+	return pep, nil
+}
+
 // openAFPacketLink is afpacket.Open, replaceable by tests.
 var openAFPacketLink = func(cfg afpacket.Config) (link.Endpoint, error) { return afpacket.Open(cfg) }
 
@@ -565,17 +584,7 @@ func openLink(s linkSettings) (link.Endpoint, error) {
 		if s.PlainIPv4 && !s.Addr.Is4() {
 			return nil, linkErrf(errLinkConfig, nil, "--plain-ipv4 needs an IPv4 address (IPv6 always receives on the UDP socket), not %s", s.Addr)
 		}
-		cfg := udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll, RxRing: s.RxRing, PlainIPv4: s.PlainIPv4}
-		ep, err := openUDPLink(cfg)
-		if err != nil && errors.Is(err, os.ErrPermission) && s.Addr.Is4() && !s.RxRing && !s.PlainIPv4 {
-			// No CAP_NET_RAW for the raw socket: receive on the UDP
-			// socket, each packet's IP ID found from its ICRC.
-			cfg.PlainIPv4 = true
-			if pep, perr := openUDPLink(cfg); perr == nil {
-				ep, err = pep, nil
-				fmt.Fprintf(linkNotice, "goroce: udp link on %s: no CAP_NET_RAW for a raw socket, so IPv4 is received on the UDP socket and each packet's IP ID is found from its ICRC (a corrupt packet then escapes the ICRC check with a chance of about 2^-15 instead of 2^-32; run as root for the full check)\n", s.Addr)
-			}
-		}
+		ep, err := openUDPFallback(udp.Config{Addr: s.Addr, MTU: s.MTU, BusyPoll: s.busyPoll, RxRing: s.RxRing, PlainIPv4: s.PlainIPv4})
 		if err != nil {
 			return nil, classifyOpenErr(err, fmt.Sprintf("udp link on %s port %d", s.Addr, udp.DefaultPort))
 		}

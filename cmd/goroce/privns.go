@@ -36,10 +36,14 @@ const privateNetNSEnv = "GOROCE_PRIVATE_NETNS"
 // `unshare -r -n` does; the files it writes are still the user's). Nothing
 // leaves the namespace: both devices and all their traffic are inside it.
 //
+// Where no namespace can be created and only the raw socket was missing,
+// the command goes on here: the udp link then receives on its UDP socket
+// (openUDPFallback), with the weaker ICRC check it announces.
+//
 // It returns done false when the command should go on in this process
-// (nothing stands in the way, or this process is already the re-run one,
-// whose loopback it has brought up), and otherwise the re-run's exit
-// status. Only a process that main owns re-runs itself (ownProcess): a
+// (nothing stands in the way, this process is already the re-run one,
+// whose loopback it has brought up, or the fallback above), and otherwise
+// the re-run's exit status. Only a process that main owns re-runs itself (ownProcess): a
 // test calling run in-process goes on, and meets the usual errors.
 func privateLoopback(cmd string, addrs []netip.Addr, stderr io.Writer) (code int, done bool) {
 	if os.Getenv(privateNetNSEnv) == "1" {
@@ -87,11 +91,20 @@ func privateLoopback(cmd string, addrs []netip.Addr, stderr io.Writer) (code int
 		fmt.Fprintf(stderr, "%s: %s: running again in %s, on its own loopback\n", cmd, why, how)
 		return waitForwarding(c), true
 	}
-	fmt.Fprintf(stderr, "%s: %s, and a private network namespace to run in cannot be created here: %v "+
+	if why == whyNoRaw {
+		// The udp link can do without the raw socket (udp.Config.PlainIPv4),
+		// and says so when it opens.
+		fmt.Fprintf(stderr, "%s: %s, and no private network namespace can be created here (%v%s): going on without the raw socket\n", cmd, why, startErr, nsLimitHint(startErr))
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "%s: %s, and a private network namespace to run in cannot be created here: %v%s "+
 		"(run as root, or allow unprivileged user namespaces: sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone)\n",
-		cmd, why, startErr)
+		cmd, why, startErr, nsLimitHint(startErr))
 	return exitFail, true
 }
+
+// whyNoRaw is loopbackBlocked's reason when the raw socket is refused.
+const whyNoRaw = "no CAP_NET_RAW for the raw socket through which the udp link reads IPv4 with its real header (every ICRC covers it)"
 
 // loopbackBlocked says why the udp link's endpoints on addrs cannot open
 // on this host's loopback, or "" when they can (as far as a probe can
@@ -104,7 +117,7 @@ func loopbackBlocked(addrs []netip.Addr) string {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 		if err != nil {
 			if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-				return "no CAP_NET_RAW for the raw socket through which the udp link reads IPv4 with its real header (every ICRC covers it)"
+				return whyNoRaw
 			}
 			break
 		}
@@ -161,4 +174,13 @@ func waitForwarding(c *exec.Cmd) int {
 			}
 		}
 	}
+}
+
+// nsLimitHint explains the errno clone(2) gives when a namespace limit
+// (user.max_user_namespaces, user.max_net_namespaces) is reached.
+func nsLimitHint(err error) string {
+	if errors.Is(err, unix.ENOSPC) {
+		return ": a namespace limit is reached, see sysctl user.max_user_namespaces and user.max_net_namespaces"
+	}
+	return ""
 }

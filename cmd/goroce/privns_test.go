@@ -215,3 +215,56 @@ func TestPingpongUnprivileged(t *testing.T) {
 		}
 	}
 }
+
+// Where no namespace can be created (here: the namespace limits of the
+// user namespace the demo runs in are 0), an ordinary user's demo goes on
+// in its own namespace with the udp link receiving on its UDP socket, and
+// says so; every check still passes.
+func TestDemoNoNamespaces(t *testing.T) {
+	netcfg.SkipUnlessRoot(t) // to create the namespaces the demo runs in
+	ns, err := netcfg.NewNetNS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	bin, dir := goroceBinary(t)
+	file := filepath.Join(dir, "demo.pcap")
+	// In a user namespace of its own the demo is root, but not over the
+	// network namespace, which init's user namespace owns: no raw socket.
+	c := exec.Command("sh", "-c", "echo 0 > /proc/sys/user/max_net_namespaces && echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"",
+		bin, "demo", "--pcap", file, "-D", "300ms", "-n", "200")
+	c.Dir = dir
+	c.Env = append(os.Environ(), asMainEnv+"=1")
+	c.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER,
+		// Root mapped to root, so that it may lower its namespace's
+		// limits (they belong to root); its capabilities still hold in
+		// its own user namespace only.
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 1}},
+	}
+	var out, errs bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errs
+	var runErr error
+	if err := ns.Do(func() error {
+		if err := netcfg.SetUp(nil, "lo"); err != nil {
+			return err
+		}
+		runErr = c.Run()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if runErr != nil {
+		t.Fatalf("goroce demo: %v\nstdout:\n%s\nstderr:\n%s", runErr, out.String(), errs.String())
+	}
+	for _, s := range []string{"no private network namespace can be created here", "a namespace limit is reached",
+		"going on without the raw socket", "udp link on 127.0.0.1: no CAP_NET_RAW", "udp link on 127.0.0.2: no CAP_NET_RAW"} {
+		if !strings.Contains(errs.String(), s) {
+			t.Errorf("stderr lacks %q:\n%s", s, errs.String())
+		}
+	}
+	if !strings.Contains(out.String(), "ok    RDMA_READ 65536 B") || !strings.Contains(out.String(), " 0 bad, 0 other") {
+		t.Fatalf("demo output:\n%s", out.String())
+	}
+}
