@@ -58,7 +58,11 @@
 // counted and passed on with ID 0, for the HCA to drop on its ICRC. A
 // corrupt packet escapes with a chance of about 2^-15 instead of 2^-32.
 // Frames go out unconnected, since a connected socket would take its
-// peer's datagrams; the kernel segments GSO datagrams before the socket.
+// peer's datagrams. With UDP_GRO (where the kernel has it) a GSO
+// super-datagram arrives whole, into the endpoint's buffers, and is split
+// by the reported segment size, each segment's ID solved on its own;
+// without it the kernel segments it before the socket, and recvmmsg writes
+// straight into the caller's buffers.
 //
 // Receive path, IPv6: raw IPv6 sockets do not show the IP header, so Read
 // receives on the UDP socket with IPV6_RECVPKTINFO, IPV6_RECVHOPLIMIT and

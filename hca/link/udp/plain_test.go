@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/vnet"
 	"github.com/goroce/goroce/hca/link/linktest"
 	"github.com/goroce/goroce/wire"
@@ -148,8 +149,9 @@ func TestPlainIPv4FromConnectedSender(t *testing.T) {
 	if a.Stats().TxConnected == 0 {
 		t.Fatal("the sender used no connected socket: the test would not see IDs other than GSO's")
 	}
-	if st := b.Stats(); st.RxIDUnsolved != 0 || st.RxIDSolved != 3*40 {
-		t.Errorf("RxIDSolved %d, RxIDUnsolved %d; want 120 and 0", st.RxIDSolved, st.RxIDUnsolved)
+	if st := b.Stats(); st.RxIDUnsolved != 0 || st.RxIDSolved != 3*40 || st.RxAggregates == 0 {
+		t.Errorf("RxIDSolved %d, RxIDUnsolved %d, RxAggregates %d; want 120, 0 and GSO runs arriving whole",
+			st.RxIDSolved, st.RxIDUnsolved, st.RxAggregates)
 	}
 }
 
@@ -253,6 +255,125 @@ func FuzzDirect4(f *testing.F) {
 			if wire.ICRC(fr, &p) != binary.LittleEndian.Uint32(fr[len(fr)-4:]) {
 				t.Fatalf("solved, yet the ICRC does not verify over %x", fr[:ipv4Hdr])
 			}
+		}
+	})
+}
+
+// noGRO turns a PlainIPv4 endpoint's receive path to the one it takes on a
+// kernel without UDP GRO: the kernel segments what arrives coalesced, and
+// recvmmsg writes into the caller's buffers behind room for the headers.
+func noGRO(t testing.TB, e *Endpoint) {
+	t.Helper()
+	var err error
+	if cerr := e.udpRC.Control(func(fd uintptr) {
+		err = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 0)
+	}); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gro4, e.rx.direct = false, true
+}
+
+// The conformance suite on the PlainIPv4 path a kernel without UDP GRO
+// leaves (direct4).
+func TestConformancePlainNoGRO(t *testing.T) {
+	ns := newNetNS(t)
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"gso", func(c *Config) { c.PlainIPv4 = true }},
+		{"sendmmsg", func(c *Config) { c.PlainIPv4 = true; c.NoGSO = true }},
+		{"mtu1500", func(c *Config) { c.PlainIPv4 = true; c.MTU = 1500; c.BatchSize = 8 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			linktest.Run(t, func(t *testing.T) (link.Endpoint, link.Endpoint) {
+				a, b := openPair(t, ns, "127.0.0.1", "127.0.0.2", tc.mod)
+				if !a.gro4 || !b.gro4 {
+					t.Fatal("PlainIPv4 endpoints opened without UDP GRO")
+				}
+				noGRO(t, a)
+				noGRO(t, b)
+				return a, b
+			})
+		})
+	}
+}
+
+// FuzzDeliverPlain feeds arbitrary datagrams and GRO segment sizes, as a
+// PlainIPv4 socket with UDP GRO returns them, to the splitter: nothing
+// panics, the frames' payloads put together are the datagram, each frame
+// has a valid IPv4 header of its length, and a packet counted as solved
+// carries an ICRC that verifies.
+func FuzzDeliverPlain(f *testing.F) {
+	src, dst := netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2")
+	f.Add(make([]byte, 100), uint16(0))
+	f.Add(make([]byte, 4112*3+20), uint16(4112))
+	f.Add(make([]byte, 40), uint16(16))
+	f.Fuzz(func(t *testing.T, d []byte, gro uint16) {
+		if len(d) > 65507 || len(d) == 0 {
+			return
+		}
+		e := &Endpoint{cfg: Config{Addr: dst, Port: 4791, PlainIPv4: true, BatchSize: 4}, plain4: true, gro4: true}
+		r := &rxState{}
+		r.init(e, nil, nil)
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&r.sa6[0]))
+		sa.Family, sa.Addr = unix.AF_INET, src.As4()
+		oob := r.oob[:oobSize]
+		n := 0
+		for _, c := range []struct {
+			level, typ int
+			data       []byte
+		}{
+			{unix.IPPROTO_IP, unix.IP_PKTINFO, append(make([]byte, 8), dst.AsSlice()...)},
+			{unix.IPPROTO_UDP, unix.UDP_GRO, binary.NativeEndian.AppendUint32(nil, uint32(gro))},
+		} {
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[n]))
+			h.Level, h.Type = int32(c.level), int32(c.typ)
+			h.SetLen(unix.CmsgLen(len(c.data)))
+			copy(oob[n+unix.CmsgLen(0):], c.data)
+			n += unix.CmsgSpace(len(c.data))
+		}
+		m := &r.msgs[0]
+		m.Len = uint32(len(d))
+		m.Hdr.SetControllen(n)
+		r.got, r.cur = 1, 0
+		bufs := make([][]byte, 4)
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		sizes := make([]int, len(bufs))
+		var joined []byte
+		frames, verified := 0, 0
+		for r.cur == 0 {
+			k := r.deliverPlain(m, d, bufs, sizes, 0)
+			for i := range k {
+				fr := bufs[i][:sizes[i]]
+				if !wire.IPv4(fr).IsChecksumValid() || wire.IPv4(fr).TotalLength() != len(fr) {
+					t.Fatalf("frame %d: bad IPv4 header %x", frames+i, fr[:ipv4Hdr])
+				}
+				joined = append(joined, fr[ipv4Hdr+udpHdr:]...)
+				if len(fr) >= ipv4Hdr+udpHdr+bth12+4 {
+					p := wire.Packet{Frame: fr, Kind: wire.KindRoCEv2IPv4, IPOff: 0, UDPOff: ipv4Hdr, BTHOff: ipv4Hdr + udpHdr,
+						ICRCOff: len(fr) - 4, LRHOff: -1, GRHOff: -1, EthOff: -1, VCRCOff: -1}
+					if wire.ICRC(fr, &p) == binary.LittleEndian.Uint32(fr[len(fr)-4:]) {
+						verified++
+					}
+				}
+			}
+			frames += k
+			if frames > len(d) {
+				t.Fatalf("%d frames from %d bytes", frames, len(d))
+			}
+		}
+		if r.e.st.rxTooLarge.Load() == 0 && !bytes.Equal(joined, d) {
+			t.Fatalf("the frames' payloads are not the datagram (GRO size %d)", gro)
+		}
+		// Solved exactly when the ICRC verifies over the rebuilt header.
+		if solved := r.e.st.rxIDSolved.Load(); solved != uint64(verified) {
+			t.Fatalf("%d frames counted as solved, %d verify", solved, verified)
 		}
 	})
 }

@@ -75,7 +75,7 @@ type rxState struct {
 func (r *rxState) init(e *Endpoint, rc syscall.RawConn, ring *rxRing) {
 	r.e, r.rc, r.ring = e, rc, ring
 	n := e.cfg.BatchSize
-	r.direct = e.is6 && !e.cfg.GRO || e.plain4
+	r.direct = e.is6 && !e.cfg.GRO || e.plain4 && !e.gro4
 	r.named = e.is6 || e.plain4
 	r.hl = ipv6Hdr + udpHdr
 	if e.plain4 {
@@ -387,6 +387,8 @@ func (r *rxState) deliver(bufs [][]byte, sizes []int, offset int) int {
 		}
 		if e.is6 {
 			n += r.deliver6(m, d, bufs[n:], sizes[n:], offset)
+		} else if e.plain4 {
+			n += r.deliverPlain(m, d, bufs[n:], sizes[n:], offset)
 		} else {
 			n += r.deliver4(d, bufs[n:], sizes[n:], offset)
 		}
@@ -727,28 +729,85 @@ func (r *rxState) direct4(m *unix.Mmsghdr, i int, out, in []byte) bool {
 	e := r.e
 	const h = ipv4Hdr + udpHdr
 	size := int(m.Len)
-	dst, ttl, tos, ok := r.ipv4Info(m, i)
-	if !ok || dst != e.cfg.Addr.As4() {
-		e.st.rxWrongAddress.Add(1)
-		return false
-	}
-	if h+size > 0xFFFF {
-		e.st.rxMalformed.Add(1)
+	var in4 plainInfo
+	if !r.ipv4Info(m, i, &in4) {
 		return false
 	}
 	if &out[0] != &in[0] {
 		copy(out[h:], in[h:h+size])
 	}
-	sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&r.sa6[i]))
-	f := out[:h+size]
-	f[0], f[1] = 0x45, tos
-	binary.BigEndian.PutUint16(f[2:], uint16(h+size))
+	if h+size > 0xFFFF {
+		e.st.rxMalformed.Add(1)
+		return false
+	}
+	r.rebuild4(out[:h+size], &in4)
+	return true
+}
+
+// plainInfo is what a PlainIPv4 socket reports of a datagram besides its
+// payload.
+type plainInfo struct {
+	src      *unix.RawSockaddrInet4
+	dst      [4]byte
+	ttl, tos uint8
+	gro      int // UDP GRO segment size (0: one datagram)
+}
+
+// deliverPlain delivers frames from IPv4 datagram d of a PlainIPv4 receive
+// with UDP GRO, splitting a coalesced one by the kernel-reported segment
+// size, each segment's header rebuilt (rebuild4).
+func (r *rxState) deliverPlain(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int, offset int) int {
+	e := r.e
+	const h = ipv4Hdr + udpHdr
+	var in4 plainInfo
+	if !r.ipv4Info(m, r.cur, &in4) {
+		r.next()
+		return 0
+	}
+	gro := in4.gro
+	if gro <= 0 || gro >= len(d) {
+		gro = len(d)
+	} else if r.seg == 0 {
+		e.st.rxAggregates.Add(1)
+	}
+	n := 0
+	for n < len(bufs) {
+		start := r.seg * gro
+		if start >= len(d) {
+			r.next()
+			break
+		}
+		size := min(gro, len(d)-start)
+		out := bufs[n][offset:]
+		r.seg++
+		if h+size > len(out) || h+size > 0xFFFF {
+			e.st.rxTooLarge.Add(1)
+			continue
+		}
+		copy(out[h:], d[start:start+size])
+		r.rebuild4(out[:h+size], &in4)
+		sizes[n] = h + size
+		n++
+	}
+	return n
+}
+
+// rebuild4 writes the IPv4 and UDP headers of frame f (payload from byte
+// 28 on) from what the socket reported, with the ID and DF flag that make
+// the ICRC verify (vnet.IDSolver), and counts the packet as solved or not:
+// one no ID explains keeps ID 0 and DF, and fails the HCA's ICRC check.
+func (r *rxState) rebuild4(f []byte, in4 *plainInfo) {
+	e := r.e
+	const h = ipv4Hdr + udpHdr
+	size := len(f) - h
+	f[0], f[1] = 0x45, in4.tos
+	binary.BigEndian.PutUint16(f[2:], uint16(len(f)))
 	binary.BigEndian.PutUint32(f[4:], 0x4000) // ID 0, DF: solved below
-	f[8], f[9] = ttl, unix.IPPROTO_UDP
+	f[8], f[9] = in4.ttl, unix.IPPROTO_UDP
 	f[10], f[11] = 0, 0
-	copy(f[12:16], sa.Addr[:])
-	copy(f[16:20], dst[:])
-	copy(f[20:22], (*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+	copy(f[12:16], in4.src.Addr[:])
+	copy(f[16:20], in4.dst[:])
+	copy(f[20:22], (*[2]byte)(unsafe.Pointer(&in4.src.Port))[:])
 	binary.BigEndian.PutUint16(f[22:], e.cfg.Port)
 	binary.BigEndian.PutUint16(f[24:], uint16(udpHdr+size))
 	f[26], f[27] = 0, 0 // no UDP checksum (masked in the ICRC)
@@ -767,14 +826,15 @@ func (r *rxState) direct4(m *unix.Mmsghdr, i int, out, in []byte) bool {
 		}
 	}
 	vnet.SetIPv4Checksum(f[:ipv4Hdr])
-	return true
 }
 
-// ipv4Info extracts the destination address, TTL and TOS from the control
-// messages of m (PlainIPv4).
-func (r *rxState) ipv4Info(m *unix.Mmsghdr, i int) (dst [4]byte, ttl, tos uint8, ok bool) {
+// ipv4Info reads what the socket reported of PlainIPv4 datagram i (its
+// source, the control messages of m) into in4, and reports false for a
+// datagram not addressed to the endpoint, counted.
+func (r *rxState) ipv4Info(m *unix.Mmsghdr, i int, in4 *plainInfo) bool {
+	*in4 = plainInfo{src: (*unix.RawSockaddrInet4)(unsafe.Pointer(&r.sa6[i])), ttl: 64}
 	oob := r.oob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)]
-	ttl = 64
+	ok := false
 	for len(oob) >= unix.SizeofCmsghdr {
 		c := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
 		l := int(c.Len)
@@ -782,16 +842,20 @@ func (r *rxState) ipv4Info(m *unix.Mmsghdr, i int) (dst [4]byte, ttl, tos uint8,
 			break
 		}
 		data := oob[unix.CmsgLen(0):l]
-		if c.Level == unix.IPPROTO_IP {
-			switch {
-			case c.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
-				// struct in_pktinfo: ifindex, spec_dst, then the header's
-				// destination address.
-				dst, ok = [4]byte(data[8:12]), true
-			case c.Type == unix.IP_TTL && len(data) >= 4:
-				ttl = uint8(binary.NativeEndian.Uint32(data))
-			case c.Type == unix.IP_TOS && len(data) >= 1:
-				tos = data[0]
+		switch {
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			// struct in_pktinfo: ifindex, spec_dst, then the header's
+			// destination address.
+			in4.dst, ok = [4]byte(data[8:12]), true
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TTL && len(data) >= 4:
+			in4.ttl = uint8(binary.NativeEndian.Uint32(data))
+		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TOS && len(data) >= 1:
+			in4.tos = data[0]
+		case c.Level == unix.IPPROTO_UDP && c.Type == unix.UDP_GRO && len(data) >= 2:
+			if len(data) >= 4 {
+				in4.gro = int(binary.NativeEndian.Uint32(data))
+			} else {
+				in4.gro = int(binary.NativeEndian.Uint16(data))
 			}
 		}
 		adv := unix.CmsgSpace(l - unix.CmsgLen(0))
@@ -800,5 +864,9 @@ func (r *rxState) ipv4Info(m *unix.Mmsghdr, i int) (dst [4]byte, ttl, tos uint8,
 		}
 		oob = oob[adv:]
 	}
-	return
+	if !ok || in4.dst != r.e.cfg.Addr.As4() {
+		r.e.st.rxWrongAddress.Add(1)
+		return false
+	}
+	return true
 }

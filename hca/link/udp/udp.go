@@ -138,10 +138,11 @@ var (
 type Endpoint struct {
 	cfg Config
 	is6 bool
-	// plain4: IPv4 received on the UDP socket (Config.PlainIPv4).
-	plain4 bool
-	mtu    int
-	addrs  []netip.Addr
+	// plain4: IPv4 received on the UDP socket (Config.PlainIPv4); gro4:
+	// with UDP GRO (coalesced datagrams split by the reported size).
+	plain4, gro4 bool
+	mtu          int
+	addrs        []netip.Addr
 
 	udp    *os.File // bound UDP socket: sends; receives for IPv6
 	udpRC  syscall.RawConn
@@ -334,6 +335,9 @@ func (e *Endpoint) openSockets() error {
 				return fmt.Errorf("udp: setsockopt %d/%d: %w", o[0], o[1], err)
 			}
 		}
+		// A GSO super-datagram then arrives whole instead of segmented
+		// by the kernel for this socket, and a receive returns more.
+		e.gro4 = unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil
 		sa := &unix.SockaddrInet4{Port: int(e.cfg.Port), Addr: e.cfg.Addr.As4()}
 		if err := unix.Bind(fd, sa); err != nil {
 			return fmt.Errorf("udp: bind %v:%d: %w", e.cfg.Addr, e.cfg.Port, err)
