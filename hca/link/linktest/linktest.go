@@ -202,12 +202,15 @@ func writeAll(e link.Endpoint, frames [][]byte) error {
 // that takes longer than Timeout.
 func readAll(t *testing.T, e link.Endpoint, offset int, want [][]byte) {
 	t.Helper()
-	if err := readFrames(e, offset, want); err != nil {
+	if err := ReadFrames(e, offset, want); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func readFrames(e link.Endpoint, offset int, want [][]byte) error {
+// ReadFrames reads len(want) frames from e, each at offset in its buffer,
+// and checks each against the frame written (Equivalent) and its ICRC
+// (wire.Decode); a watchdog ends a read that hangs.
+func ReadFrames(e link.Endpoint, offset int, want [][]byte) error {
 	maxLen := 0
 	for _, w := range want {
 		maxLen = max(maxLen, len(w))
@@ -253,7 +256,7 @@ func sendRecv(t *testing.T, a, b link.Endpoint, offset int, frames [][]byte) {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() { errc <- writeAll(a, frames) }()
-	rerr := readFrames(b, offset, frames)
+	rerr := ReadFrames(b, offset, frames)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
@@ -450,8 +453,8 @@ func testConcurrent(t *testing.T, a, b link.Endpoint) {
 	errs := make(chan error, 4)
 	wg.Go(func() { errs <- writeAll(a, ab) })
 	wg.Go(func() { errs <- writeAll(b, ba) })
-	wg.Go(func() { errs <- readFrames(b, 0, ab) })
-	wg.Go(func() { errs <- readFrames(a, 0, ba) })
+	wg.Go(func() { errs <- ReadFrames(b, 0, ab) })
+	wg.Go(func() { errs <- ReadFrames(a, 0, ba) })
 	wg.Wait()
 	close(errs)
 	for err := range errs {

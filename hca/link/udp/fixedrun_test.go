@@ -102,7 +102,7 @@ func readN(t *testing.T, e *Endpoint, n int) [][]byte {
 	t.Helper()
 	bufs := make([][]byte, 64)
 	for i := range bufs {
-		bufs[i] = make([]byte, 2048)
+		bufs[i] = make([]byte, 9000)
 	}
 	sizes := make([]int, len(bufs))
 	wd := linktest.NewWatchdog(linktest.Timeout, e)

@@ -453,6 +453,11 @@ func TestZeroAllocs(t *testing.T) {
 		// frames through the slots.
 		{"ipv4-gso-rxring", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.RxRing = true }},
 		{"ipv4-sendmmsg-rxring", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.NoGSO = true; c.RxRing = true }},
+		// PlainIPv4: GRO aggregates split, and single datagrams; the
+		// IDs solved (one solver per packet length, made in the first
+		// cycle).
+		{"ipv4-plain", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.PlainIPv4 = true }},
+		{"ipv4-plain-sendmmsg", "127.0.0.1", "127.0.0.2", nil, func(c *Config) { c.PlainIPv4 = true; c.NoGSO = true }},
 		{"ipv6", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}, nil},
 		{"ipv6-gro", "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}, func(c *Config) { c.GRO = true }},
 	} {

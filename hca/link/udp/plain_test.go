@@ -3,7 +3,6 @@ package udp
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -69,23 +68,7 @@ func TestPlainIPv4RecoversHeader(t *testing.T) {
 		}
 	}
 
-	bufs := make([][]byte, 16)
-	for i := range bufs {
-		bufs[i] = make([]byte, 9000)
-	}
-	sizes := make([]int, len(bufs))
-	wd := linktest.NewWatchdog(linktest.Timeout, b)
-	defer wd.Stop()
-	var got [][]byte
-	for len(got) < len(frames) {
-		n, err := b.Read(bufs, sizes, 0)
-		if err != nil {
-			t.Fatal(wd.Err(err, len(got), len(frames)))
-		}
-		for i := range n {
-			got = append(got, bytes.Clone(bufs[i][:sizes[i]]))
-		}
-	}
+	got := readN(t, b, len(frames))
 	var p wire.Packet
 	for i, f := range sent {
 		if !bytes.Equal(got[i], f) {
@@ -142,7 +125,7 @@ func TestPlainIPv4FromConnectedSender(t *testing.T) {
 		if _, err := a.Write(frames, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := linktestRead(b, frames); err != nil {
+		if err := linktest.ReadFrames(b, 0, frames); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,37 +136,6 @@ func TestPlainIPv4FromConnectedSender(t *testing.T) {
 		t.Errorf("RxIDSolved %d, RxIDUnsolved %d, RxAggregates %d; want 120, 0 and GSO runs arriving whole",
 			st.RxIDSolved, st.RxIDUnsolved, st.RxAggregates)
 	}
-}
-
-// linktestRead reads len(want) frames from e and checks each against want
-// (linktest.Equivalent) and its ICRC (wire.Decode).
-func linktestRead(e *Endpoint, want [][]byte) error {
-	bufs := make([][]byte, e.BatchSize())
-	for i := range bufs {
-		bufs[i] = make([]byte, 9000)
-	}
-	sizes := make([]int, len(bufs))
-	wd := linktest.NewWatchdog(linktest.Timeout, e)
-	defer wd.Stop()
-	var p wire.Packet
-	got := 0
-	for got < len(want) {
-		n, err := e.Read(bufs, sizes, 0)
-		if err != nil {
-			return wd.Err(err, got, len(want))
-		}
-		for i := range n {
-			f := bufs[i][:sizes[i]]
-			if !linktest.Equivalent(f, want[got], e.Format()) {
-				return fmt.Errorf("frame %d differs:\n got %x\nwant %x", got, f[:28], want[got][:28])
-			}
-			if err := p.Decode(f, wire.FramingIP); err != nil {
-				return fmt.Errorf("frame %d (ID %#04x): %v", got, binary.BigEndian.Uint16(f[4:]), err)
-			}
-			got++
-		}
-	}
-	return nil
 }
 
 // FuzzDirect4 feeds arbitrary UDP payloads, as a PlainIPv4 socket returns

@@ -601,36 +601,57 @@ func (r *rxState) findSegmentBy(d []byte, sameFlow bool) int {
 // ipv6Info extracts the destination address, hop limit, traffic class and
 // GRO segment size from the control messages of m.
 func (r *rxState) ipv6Info(m *unix.Mmsghdr, i int) (dst [16]byte, hop, tc uint8, gro int, ok bool) {
-	oob := r.oob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)]
 	hop = 64
-	for len(oob) >= unix.SizeofCmsghdr {
-		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
-		l := int(h.Len)
-		if l < unix.SizeofCmsghdr || l > len(oob) {
-			break
-		}
-		data := oob[unix.CmsgLen(0):l]
+	it := cmsgIter{r.oob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)]}
+	for level, typ, data, more := it.next(); more; level, typ, data, more = it.next() {
 		switch {
-		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= 16:
+		case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_PKTINFO && len(data) >= 16:
 			dst, ok = [16]byte(data[:16]), true
-		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_HOPLIMIT && len(data) >= 4:
+		case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_HOPLIMIT && len(data) >= 4:
 			hop = uint8(binary.NativeEndian.Uint32(data))
-		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_TCLASS && len(data) >= 4:
+		case level == unix.IPPROTO_IPV6 && typ == unix.IPV6_TCLASS && len(data) >= 4:
 			tc = uint8(binary.NativeEndian.Uint32(data))
-		case h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && len(data) >= 2:
-			if len(data) >= 4 {
-				gro = int(binary.NativeEndian.Uint32(data))
-			} else {
-				gro = int(binary.NativeEndian.Uint16(data))
-			}
+		case level == unix.IPPROTO_UDP && typ == unix.UDP_GRO:
+			gro = groValue(data)
 		}
-		adv := unix.CmsgSpace(l - unix.CmsgLen(0))
-		if adv > len(oob) {
-			break
-		}
-		oob = oob[adv:]
 	}
 	return
+}
+
+// cmsgIter walks the control messages recvmmsg wrote into oob.
+type cmsgIter struct{ oob []byte }
+
+// next returns the next message's level, type and data; more is false at
+// the end, or at a message whose length does not fit.
+func (c *cmsgIter) next() (level, typ int32, data []byte, more bool) {
+	if len(c.oob) < unix.SizeofCmsghdr {
+		return 0, 0, nil, false
+	}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&c.oob[0]))
+	l := int(h.Len)
+	if l < unix.SizeofCmsghdr || l > len(c.oob) {
+		c.oob = nil
+		return 0, 0, nil, false
+	}
+	level, typ, data = h.Level, h.Type, c.oob[unix.CmsgLen(0):l]
+	if adv := unix.CmsgSpace(l - unix.CmsgLen(0)); adv <= len(c.oob) {
+		c.oob = c.oob[adv:]
+	} else {
+		c.oob = nil
+	}
+	return level, typ, data, true
+}
+
+// groValue reads a UDP_GRO control message's segment size (an int; two
+// bytes from some kernels).
+func groValue(data []byte) int {
+	switch {
+	case len(data) >= 4:
+		return int(binary.NativeEndian.Uint32(data))
+	case len(data) >= 2:
+		return int(binary.NativeEndian.Uint16(data))
+	}
+	return 0
 }
 
 // putIPv6 writes the IPv6 and UDP headers of a size-byte UDP payload from
@@ -692,31 +713,53 @@ func (r *rxState) deliver6(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int
 		r.next()
 		return 0
 	}
-	if gro <= 0 || gro >= len(d) {
-		gro = len(d)
-	} else if r.seg == 0 {
-		e.st.rxAggregates.Add(1)
-	}
+	gro = r.groSize(d, gro)
 	n := 0
 	for n < len(bufs) {
-		start := r.seg * gro
-		if start >= len(d) {
-			r.next()
+		out := bufs[n][offset:]
+		seg, ok := r.groSegment(d, gro, ipv6Hdr+udpHdr, len(out))
+		if !ok {
 			break
 		}
-		size := min(gro, len(d)-start)
-		out := bufs[n][offset:]
-		r.seg++
-		if ipv6Hdr+udpHdr+size > len(out) {
-			e.st.rxTooLarge.Add(1)
-			continue
-		}
-		r.putIPv6(out, &r.sa6[r.cur], &dst, hop, tc, size)
-		copy(out[ipv6Hdr+udpHdr:], d[start:start+size])
-		sizes[n] = ipv6Hdr + udpHdr + size
+		r.putIPv6(out, &r.sa6[r.cur], &dst, hop, tc, len(seg))
+		copy(out[ipv6Hdr+udpHdr:], seg)
+		sizes[n] = ipv6Hdr + udpHdr + len(seg)
 		n++
 	}
 	return n
+}
+
+// groSize returns the segment size of datagram d from the kernel-reported
+// UDP GRO size gro (d itself when gro is 0 or not smaller), counting d as
+// an aggregate before its first segment when it is one.
+func (r *rxState) groSize(d []byte, gro int) int {
+	if gro <= 0 || gro >= len(d) {
+		return len(d)
+	}
+	if r.seg == 0 {
+		r.e.st.rxAggregates.Add(1)
+	}
+	return gro
+}
+
+// groSegment returns the next segment of datagram d (segment size gro)
+// that fits room bytes with hl bytes of headers in front, counting those
+// that do not as too large; ok false: d is done, and r has moved past it.
+func (r *rxState) groSegment(d []byte, gro, hl, room int) (seg []byte, ok bool) {
+	for {
+		start := r.seg * gro
+		if start >= len(d) {
+			r.next()
+			return nil, false
+		}
+		size := min(gro, len(d)-start)
+		r.seg++
+		if hl+size > room {
+			r.e.st.rxTooLarge.Add(1)
+			continue
+		}
+		return d[start : start+size], true
+	}
 }
 
 // direct4 finishes IPv4 datagram i of a PlainIPv4 receive, which recvmmsg
@@ -757,36 +800,23 @@ type plainInfo struct {
 // with UDP GRO, splitting a coalesced one by the kernel-reported segment
 // size, each segment's header rebuilt (rebuild4).
 func (r *rxState) deliverPlain(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int, offset int) int {
-	e := r.e
 	const h = ipv4Hdr + udpHdr
 	var in4 plainInfo
 	if !r.ipv4Info(m, r.cur, &in4) {
 		r.next()
 		return 0
 	}
-	gro := in4.gro
-	if gro <= 0 || gro >= len(d) {
-		gro = len(d)
-	} else if r.seg == 0 {
-		e.st.rxAggregates.Add(1)
-	}
+	gro := r.groSize(d, in4.gro)
 	n := 0
 	for n < len(bufs) {
-		start := r.seg * gro
-		if start >= len(d) {
-			r.next()
+		out := bufs[n][offset:]
+		seg, ok := r.groSegment(d, gro, h, min(len(out), 0xFFFF))
+		if !ok {
 			break
 		}
-		size := min(gro, len(d)-start)
-		out := bufs[n][offset:]
-		r.seg++
-		if h+size > len(out) || h+size > 0xFFFF {
-			e.st.rxTooLarge.Add(1)
-			continue
-		}
-		copy(out[h:], d[start:start+size])
-		r.rebuild4(out[:h+size], &in4)
-		sizes[n] = h + size
+		copy(out[h:], seg)
+		r.rebuild4(out[:h+len(seg)], &in4)
+		sizes[n] = h + len(seg)
 		n++
 	}
 	return n
@@ -833,36 +863,21 @@ func (r *rxState) rebuild4(f []byte, in4 *plainInfo) {
 // datagram not addressed to the endpoint, counted.
 func (r *rxState) ipv4Info(m *unix.Mmsghdr, i int, in4 *plainInfo) bool {
 	*in4 = plainInfo{src: (*unix.RawSockaddrInet4)(unsafe.Pointer(&r.sa6[i])), ttl: 64}
-	oob := r.oob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)]
 	ok := false
-	for len(oob) >= unix.SizeofCmsghdr {
-		c := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
-		l := int(c.Len)
-		if l < unix.SizeofCmsghdr || l > len(oob) {
-			break
-		}
-		data := oob[unix.CmsgLen(0):l]
+	it := cmsgIter{r.oob[i*oobSize : i*oobSize+int(m.Hdr.Controllen)]}
+	for level, typ, data, more := it.next(); more; level, typ, data, more = it.next() {
 		switch {
-		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+		case level == unix.IPPROTO_IP && typ == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
 			// struct in_pktinfo: ifindex, spec_dst, then the header's
 			// destination address.
 			in4.dst, ok = [4]byte(data[8:12]), true
-		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TTL && len(data) >= 4:
+		case level == unix.IPPROTO_IP && typ == unix.IP_TTL && len(data) >= 4:
 			in4.ttl = uint8(binary.NativeEndian.Uint32(data))
-		case c.Level == unix.IPPROTO_IP && c.Type == unix.IP_TOS && len(data) >= 1:
+		case level == unix.IPPROTO_IP && typ == unix.IP_TOS && len(data) >= 1:
 			in4.tos = data[0]
-		case c.Level == unix.IPPROTO_UDP && c.Type == unix.UDP_GRO && len(data) >= 2:
-			if len(data) >= 4 {
-				in4.gro = int(binary.NativeEndian.Uint32(data))
-			} else {
-				in4.gro = int(binary.NativeEndian.Uint16(data))
-			}
+		case level == unix.IPPROTO_UDP && typ == unix.UDP_GRO:
+			in4.gro = groValue(data)
 		}
-		adv := unix.CmsgSpace(l - unix.CmsgLen(0))
-		if adv > len(oob) {
-			break
-		}
-		oob = oob[adv:]
 	}
 	if !ok || in4.dst != r.e.cfg.Addr.As4() {
 		r.e.st.rxWrongAddress.Add(1)
