@@ -70,7 +70,8 @@
 // Every field the ICRC covers (payload length, next header, addresses,
 // ports, UDP length) is known exactly; the flow label, masked, is written
 // as 0.
-// The rebuilt UDP checksum is 0 (masked in the ICRC).
+// The rebuilt UDP checksum is computed over the rebuilt packet (the ICRC
+// masks it, but a zero one over IPv6 is an error to Wireshark).
 //
 // No goroutines. Read and Write wait, when they must, in the Go netpoller,
 // or with Config.BusyPoll in ppoll(2), the sockets then outside the

@@ -654,8 +654,12 @@ func groValue(data []byte) int {
 	return 0
 }
 
-// putIPv6 writes the IPv6 and UDP headers of a size-byte UDP payload from
-// sa to dst into out (flow label 0: the socket does not report it).
+// putIPv6 writes the IPv6 and UDP headers of the size-byte UDP payload
+// that follows them in out, from sa to dst (flow label 0: the socket does
+// not report it). The UDP checksum is computed: the socket does not report
+// the one received either, the ICRC masks it, and a zero one, which rxe
+// sends, is illegal over IPv6 outside tunnels, so a capture of the frame
+// would show it as an error.
 func (r *rxState) putIPv6(out []byte, sa *unix.RawSockaddrInet6, dst *[16]byte, hop, tc uint8, size int) {
 	out[0], out[1], out[2], out[3] = 0x60|tc>>4, tc<<4, 0, 0
 	binary.BigEndian.PutUint16(out[4:], uint16(udpHdr+size))
@@ -667,6 +671,7 @@ func (r *rxState) putIPv6(out []byte, sa *unix.RawSockaddrInet6, dst *[16]byte, 
 	binary.BigEndian.PutUint16(out[42:], r.e.cfg.Port)
 	binary.BigEndian.PutUint16(out[44:], uint16(udpHdr+size))
 	out[46], out[47] = 0, 0
+	binary.BigEndian.PutUint16(out[46:], vnet.UDPChecksum(out[:ipv6Hdr+udpHdr+size]))
 }
 
 // deliverDirect finishes the datagrams recvmmsg put into the caller's
@@ -721,8 +726,8 @@ func (r *rxState) deliver6(m *unix.Mmsghdr, d []byte, bufs [][]byte, sizes []int
 		if !ok {
 			break
 		}
-		r.putIPv6(out, &r.sa6[r.cur], &dst, hop, tc, len(seg))
 		copy(out[ipv6Hdr+udpHdr:], seg)
+		r.putIPv6(out, &r.sa6[r.cur], &dst, hop, tc, len(seg))
 		sizes[n] = ipv6Hdr + udpHdr + len(seg)
 		n++
 	}
