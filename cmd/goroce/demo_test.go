@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goroce/goroce/hca/netcfg"
 	"github.com/goroce/goroce/internal/tsharktest"
 )
 
@@ -14,12 +13,7 @@ import (
 // 127.0.0.1:4791 interferes), every operation verified, the capture
 // verified by goroce and dissected cleanly by tshark.
 func TestDemo(t *testing.T) {
-	netcfg.SkipUnlessRoot(t) // the UDP link reads IPv4 through a raw socket
-	ns, err := netcfg.NewNetNS("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns := freshNS(t) // root: the UDP link reads IPv4 through a raw socket
 	file := filepath.Join(t.TempDir(), "demo.pcap")
 	var st int
 	var out, errs string

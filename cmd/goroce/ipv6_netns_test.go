@@ -15,15 +15,7 @@ import (
 // (a 64 KiB WRITE's GSO run arrives in one receive and is split), and the
 // server's capture of what it received and sent verifies.
 func TestBenchIPv6UDP(t *testing.T) {
-	netcfg.SkipUnlessRoot(t)
-	ns, err := netcfg.NewNetNS("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	if err := netcfg.SetUp(ns, "lo"); err != nil {
-		t.Fatal(err)
-	}
+	ns := freshNS(t)
 	for _, a := range []string{"fd00::1/128", "fd00::2/128"} {
 		if err := netcfg.AddAddr(ns, "lo", netip.MustParsePrefix(a)); err != nil {
 			t.Fatal(err)

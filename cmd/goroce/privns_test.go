@@ -28,6 +28,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// freshNS returns a new network namespace (lo up), closed when the test
+// ends; it skips the test unless root.
+func freshNS(t *testing.T) *netcfg.NetNS {
+	t.Helper()
+	netcfg.SkipUnlessRoot(t)
+	ns, err := netcfg.NewNetNS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
 // goroceBinary copies the test binary to a directory every user may read,
 // for a run as another user (go test's own build directory is private).
 func goroceBinary(t *testing.T) (bin, dir string) {
@@ -116,19 +129,11 @@ func TestDemoUnprivileged(t *testing.T) {
 // --loopback runs itself again in a private network namespace instead of
 // failing to bind (the README used to ask for `unshare -n` by hand).
 func TestBenchLoopbackPortInUse(t *testing.T) {
-	netcfg.SkipUnlessRoot(t)
-	ns, err := netcfg.NewNetNS("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns := freshNS(t)
 	bin, _ := goroceBinary(t)
 	var out, errs bytes.Buffer
 	var runErr error
 	if err := ns.Do(func() error {
-		if err := netcfg.SetUp(nil, "lo"); err != nil {
-			return err
-		}
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
@@ -164,12 +169,7 @@ func TestBenchLoopbackPortInUse(t *testing.T) {
 // path MTU 1024, GSO runs on the wire), saying once each how they opened
 // the link.
 func TestPingpongUnprivileged(t *testing.T) {
-	netcfg.SkipUnlessRoot(t) // to run as another user in a fresh namespace
-	ns, err := netcfg.NewNetNS("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns := freshNS(t) // root: to run as another user in a fresh namespace
 	bin, _ := goroceBinary(t)
 	port := freeTCPPort(t)
 	const nobody = 65534
@@ -185,9 +185,6 @@ func TestPingpongUnprivileged(t *testing.T) {
 	cli, cout, cerr := cmd("pingpong", "-p", port, "--addr", "127.0.0.2", "-s", "4096", "-m", "1024", "-n", "200", "127.0.0.1")
 	var srvErr, cliErr error
 	if err := ns.Do(func() error {
-		if err := netcfg.SetUp(nil, "lo"); err != nil {
-			return err
-		}
 		if err := srv.Start(); err != nil {
 			return err
 		}
@@ -223,12 +220,7 @@ func TestPingpongUnprivileged(t *testing.T) {
 // in its own namespace with the udp link receiving on its UDP socket, and
 // says so; every check still passes.
 func TestDemoNoNamespaces(t *testing.T) {
-	netcfg.SkipUnlessRoot(t) // to create the namespaces the demo runs in
-	ns, err := netcfg.NewNetNS("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns := freshNS(t) // root: to create the namespaces the demo runs in
 	bin, dir := goroceBinary(t)
 	file := filepath.Join(dir, "demo.pcap")
 	// In a user namespace of its own the demo is root, but not over the
@@ -249,9 +241,6 @@ func TestDemoNoNamespaces(t *testing.T) {
 	c.Stdout, c.Stderr = &out, &errs
 	var runErr error
 	if err := ns.Do(func() error {
-		if err := netcfg.SetUp(nil, "lo"); err != nil {
-			return err
-		}
 		runErr = c.Run()
 		return nil
 	}); err != nil {

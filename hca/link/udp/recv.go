@@ -781,12 +781,12 @@ func (r *rxState) direct4(m *unix.Mmsghdr, i int, out, in []byte) bool {
 	if !r.ipv4Info(m, i, &in4) {
 		return false
 	}
-	if &out[0] != &in[0] {
-		copy(out[h:], in[h:h+size])
-	}
 	if h+size > 0xFFFF {
 		e.st.rxMalformed.Add(1)
 		return false
+	}
+	if &out[0] != &in[0] {
+		copy(out[h:], in[h:h+size])
 	}
 	r.rebuild4(out[:h+size], &in4)
 	return true
