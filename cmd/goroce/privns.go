@@ -40,16 +40,22 @@ const privateNetNSEnv = "GOROCE_PRIVATE_NETNS"
 // the command goes on here: the udp link then receives on its UDP socket
 // (openUDPFallback), with the weaker ICRC check it announces.
 //
+// The same holds where the namespaces can be created but the re-run cannot
+// bring its loopback up: where a user namespace grants no capabilities
+// (Ubuntu's apparmor_restrict_unprivileged_userns, or CAP_NET_ADMIN not in
+// the bounding set), the re-run exits with exitPrivateNSUnusable.
+//
 // It returns done false when the command should go on in this process
 // (nothing stands in the way, this process is already the re-run one,
 // whose loopback it has brought up, or the fallback above), and otherwise
-// the re-run's exit status. Only a process that main owns re-runs itself (ownProcess): a
-// test calling run in-process goes on, and meets the usual errors.
+// the re-run's exit status. Only a process that main owns re-runs itself
+// (ownProcess): a test calling run in-process goes on, and meets the usual
+// errors.
 func privateLoopback(cmd string, addrs []netip.Addr, stderr io.Writer) (code int, done bool) {
 	if os.Getenv(privateNetNSEnv) == "1" {
 		if err := netcfg.SetUp(nil, "lo"); err != nil {
 			fmt.Fprintf(stderr, "%s: bringing up the private namespace's loopback: %v\n", cmd, err)
-			return exitFail, true
+			return exitPrivateNSUnusable, true
 		}
 		return 0, false
 	}
@@ -89,7 +95,7 @@ func privateLoopback(cmd string, addrs []netip.Addr, stderr io.Writer) (code int
 			how = "private user and network namespaces (you are root only inside them)"
 		}
 		fmt.Fprintf(stderr, "%s: %s: running again in %s, on its own loopback\n", cmd, why, how)
-		return waitForwarding(c), true
+		return afterRerun(cmd, why, waitForwarding(c), stderr)
 	}
 	if why == whyNoRaw {
 		// The udp link can do without the raw socket (udp.Config.PlainIPv4),
@@ -102,6 +108,24 @@ func privateLoopback(cmd string, addrs []netip.Addr, stderr io.Writer) (code int
 		cmd, why, startErr, nsLimitHint(startErr))
 	return exitFail, true
 }
+
+// afterRerun turns the status of a re-run into privateLoopback's result:
+// its own status, unless it could not use its namespace; then, where only
+// the raw socket was missing, the command goes on here without it.
+func afterRerun(cmd, why string, code int, stderr io.Writer) (int, bool) {
+	switch {
+	case code != exitPrivateNSUnusable:
+		return code, true
+	case why == whyNoRaw:
+		fmt.Fprintf(stderr, "%s: the private namespace is of no use here: going on without the raw socket\n", cmd)
+		return 0, false
+	}
+	return exitFail, true
+}
+
+// exitPrivateNSUnusable is the status of a re-run that could not bring its
+// private namespace's loopback up.
+const exitPrivateNSUnusable = 97
 
 // whyNoRaw is loopbackBlocked's reason when the raw socket is refused.
 const whyNoRaw = "no CAP_NET_RAW for the raw socket through which the udp link reads IPv4 with its real header (every ICRC covers it)"

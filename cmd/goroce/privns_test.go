@@ -262,3 +262,30 @@ func TestDemoNoNamespaces(t *testing.T) {
 		t.Fatalf("demo output:\n%s", out.String())
 	}
 }
+
+// A re-run that could not bring its namespace's loopback up (a user
+// namespace without capabilities, as Ubuntu's
+// apparmor_restrict_unprivileged_userns makes them) sends the command on
+// here without the raw socket when that was all it lacked, and fails it
+// otherwise; any other status is the command's.
+func TestAfterRerun(t *testing.T) {
+	for _, tc := range []struct {
+		why      string
+		code     int
+		wantCode int
+		wantDone bool
+		stderr   string
+	}{
+		{whyNoRaw, exitOK, exitOK, true, ""},
+		{whyNoRaw, exitFail, exitFail, true, ""},
+		{whyNoRaw, exitPrivateNSUnusable, 0, false, "going on without the raw socket"},
+		{"UDP port 4791 on 127.0.0.1 is in use by another program", exitPrivateNSUnusable, exitFail, true, ""},
+		{"UDP port 4791 on 127.0.0.1 is in use by another program", exitUsage, exitUsage, true, ""},
+	} {
+		var errs bytes.Buffer
+		code, done := afterRerun("goroce demo", tc.why, tc.code, &errs)
+		if code != tc.wantCode || done != tc.wantDone || !strings.Contains(errs.String(), tc.stderr) {
+			t.Errorf("afterRerun(%q, %d) = %d, %v, stderr %q; want %d, %v, %q", tc.why, tc.code, code, done, errs.String(), tc.wantCode, tc.wantDone, tc.stderr)
+		}
+	}
+}
