@@ -90,6 +90,23 @@ type fuzzDevice struct {
 
 func newFuzzDevice(t testing.TB, fr fzFraming) *fuzzDevice {
 	t.Helper()
+	return newFuzzDeviceTimeout(t, fr, fzTimeout)
+}
+
+// fzTimeout is the local ACK timeout code of the fuzz device's RC QPs: 6
+// (262 µs), so that its own requests time out and are resent while a fuzz
+// input's frames arrive, and its retries last ~2 ms, longer than the
+// input.
+const fzTimeout = 6
+
+// newFuzzDeviceTimeout is newFuzzDevice with the RC QPs' local ACK timeout
+// code. A check of the seeds' effects takes a long one: after a timeout
+// the requester resends one packet at a time until one is acknowledged
+// (transport's probe), so on a loaded machine the SEND could time out
+// before the READ and the FETCH_ADD are first sent, and the seeds' answers
+// to them would then answer nothing.
+func newFuzzDeviceTimeout(t testing.TB, fr fzFraming, timeout uint8) *fuzzDevice {
+	t.Helper()
 	cfg := memlink.Config{AddrsA: []netip.Addr{addrA}, AddrsB: []netip.Addr{addrB}, QueueLen: 4096}
 	opts := hca.Options{Name: "gfuzz", Shards: 1}
 	if fr != fzIP {
@@ -151,10 +168,10 @@ func newFuzzDevice(t testing.TB, fr fzFraming) *fuzzDevice {
 		dev.Close()
 		t.Fatalf("no GID for %v in %v", addrB, dev.GIDs())
 	}
-	must(fzConnect(fd.rc, sgid, fzPeerRC, fzPSNRC))
-	must(fzConnect(fd.uc, sgid, fzPeerUC, fzPSNUC))
-	must(fzConnect(fd.ud, sgid, 0, 0))
-	must(fzConnect(fd.rs, sgid, fzPeerSRQ, fzPSNSRQ))
+	must(fzConnect(fd.rc, sgid, fzPeerRC, fzPSNRC, timeout))
+	must(fzConnect(fd.uc, sgid, fzPeerUC, fzPSNUC, timeout))
+	must(fzConnect(fd.ud, sgid, 0, 0, timeout))
+	must(fzConnect(fd.rs, sgid, fzPeerSRQ, fzPSNSRQ, timeout))
 	// Receives: 4 per QP and the SRQ, each scattering 2000 bytes into two
 	// pieces of MR1's first 5072 bytes (the layout of MR1 is at fzSeeds).
 	for i := 0; i < 4; i++ {
@@ -178,6 +195,17 @@ func newFuzzDevice(t testing.TB, fr fzFraming) *fuzzDevice {
 	} {
 		must(fd.rc.PostSend(&wr))
 	}
+	// A peer answers requests it has received: responses fed before the
+	// requester has sent those PSNs (a loaded machine runs the device's
+	// goroutines late) would be dropped as answering nothing. Wait until
+	// three packets are out: with a long timeout (newFuzzDeviceTimeout)
+	// the SEND, the READ and the FETCH_ADD.
+	for deadline := time.Now().Add(10 * time.Second); fd.rc.Stats().TxPackets < 3; time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			dev.Close()
+			t.Fatalf("the device sent %d of its 3 requests in 10 s", fd.rc.Stats().TxPackets)
+		}
+	}
 	return fd
 }
 
@@ -188,7 +216,7 @@ func (fd *fuzzDevice) close() {
 }
 
 // fzConnect takes q to RTS towards the hostile peer.
-func fzConnect(q *hca.QP, sgid int, dest bth.QPN, rqPSN bth.PSN) error {
+func fzConnect(q *hca.QP, sgid int, dest bth.QPN, rqPSN bth.PSN, timeout uint8) error {
 	init := hca.QPAttr{Port: 1}
 	init.State = hca.StateInit
 	mask := transport.AttrState | transport.AttrPKeyIndex | transport.AttrPort
@@ -220,10 +248,7 @@ func fzConnect(q *hca.QP, sgid int, dest bth.QPN, rqPSN bth.PSN) error {
 	rts.State, rts.SQPSN = hca.StateRTS, fzSQPSN
 	mask = transport.AttrState | transport.AttrSQPSN
 	if q.Type() == hca.RC {
-		// Code 6 (262 µs): the device's own requests time out and are
-		// resent while a fuzz input's frames arrive, and its retries last
-		// ~2 ms, longer than the input.
-		rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = 6, 7, 7, 4
+		rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = timeout, 7, 7, 4
 		mask |= transport.AttrTimeout | transport.AttrRetryCnt | transport.AttrRNRRetry | transport.AttrMaxQPRdAtomic
 	}
 	return q.Modify(&rts, mask)
@@ -534,7 +559,8 @@ func fzCheckSeeds(t *testing.T, fr fzFraming) {
 	probe.close()
 
 	t.Run("conversation", func(t *testing.T) {
-		fd := newFuzzDevice(t, fr)
+		fd := newFuzzDeviceTimeout(t, fr, 18) // ~1 s
+
 		defer fd.close()
 		fd.feed(t, seeds[0])
 		want := map[uint64]transport.Status{0: transport.StatusSuccess, 1: transport.StatusSuccess,
@@ -542,8 +568,8 @@ func fzCheckSeeds(t *testing.T, fr fzFraming) {
 			100: transport.StatusSuccess, 101: transport.StatusSuccess, 102: transport.StatusSuccess}
 		got := fzCompletions(t, fd.cq, len(want))
 		for id, st := range want {
-			if got[id] != st {
-				t.Errorf("WR %d: status %v, want %v (all: %v)", id, got[id], st, got)
+			if g, ok := got[id]; !ok || g != st {
+				t.Errorf("WR %d: status %v (completed: %v), want %v (all: %v)", id, g, ok, st, got)
 			}
 		}
 		mr1 := fd.mr1.Bytes()
@@ -585,7 +611,7 @@ func fzCheckSeeds(t *testing.T, fr fzFraming) {
 			fd := newFuzzDevice(t, fr)
 			defer fd.close()
 			fd.feed(t, rec)
-			if got := fzCompletions(t, fd.cq, 1); got[0] != transport.StatusSuccess {
+			if got := fzCompletions(t, fd.cq, 1); len(got) != 1 || got[0] != transport.StatusSuccess {
 				t.Fatalf("tagged SEND: %v, want WR 0 received", got)
 			}
 		})
