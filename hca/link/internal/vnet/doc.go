@@ -7,11 +7,13 @@
 // checksums), finishing a CHECKSUM_PARTIAL checksum (skb_checksum_help),
 // building the header of a super-packet for the kernel to segment, and
 // correcting a RoCEv2 ICRC for a changed IPv4 identification by CRC
-// linearity (the ICRC covers the ID, and segmentation renumbers it).
+// linearity (the ICRC covers the ID, and segmentation renumbers it), and
+// the inverse, finding the ID and DF flag of a received packet from its
+// ICRC (IDSolver: a UDP socket does not report them).
 //
 // Frames are byte slices whose IP header starts at a given offset (0 for a
 // TUN, 14 for an untagged Ethernet frame). Nothing here allocates except
-// IDCache on a frame length it has not seen.
+// IDCache and IDSolverCache on a frame length they have not seen.
 //
 // Runs groups a send batch into super-packets for both the tun link (no
 // L2 header) and the afpacket link (a 14-byte Ethernet header counted in
