@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/wire"
 )
@@ -42,6 +43,11 @@ type Ceiling struct {
 	// Blasts, when set, lists the payload rate of each blast the ceiling
 	// is the best of (BestCeiling), in the order they ran.
 	Blasts []float64 `json:"blasts_payload_bytes_per_s,omitempty"`
+	// MessageShape, when set, is the UDP payload size of each datagram of
+	// one message (MessageShape): the blast sent that message over and
+	// over, Sent, Delivered and PacketsPerSec count messages, PacketBytes
+	// is one message's IP bytes and Payload its RDMA payload.
+	MessageShape []int `json:"message_shape,omitempty"`
 }
 
 // BestCeiling returns the faster of blasts a and b (same payload size),
@@ -147,11 +153,12 @@ func NewCeiling(method string, packetBytes, payload int, sent, delivered uint64,
 	return c
 }
 
-// Ratios sets CeilingRatio and LinkCeilingRatio from r's best bandwidth.
+// Ratios sets CeilingRatio, ShapedCeilingRatio and LinkCeilingRatio from
+// r's best bandwidth.
 func (r *Report) Ratios() {
-	best := 0.0
-	for _, x := range r.Results {
-		best = max(best, x.BW.BytesPerSec)
+	best := r.bestResult().BW.BytesPerSec
+	if c := r.ShapedCeiling; c != nil && c.PayloadBytesPerSec > 0 {
+		r.ShapedCeilingRatio = best / c.PayloadBytesPerSec
 	}
 	if c := r.Ceiling; c != nil && c.PayloadBytesPerSec > 0 {
 		r.CeilingRatio = best / c.PayloadBytesPerSec
@@ -159,6 +166,70 @@ func (r *Report) Ratios() {
 	if c := r.LinkCeiling; c != nil && c.PayloadBytesPerSec > 0 {
 		r.LinkCeilingRatio = best / c.PayloadBytesPerSec
 	}
+}
+
+// bestResult is the result (size) of r with the highest bandwidth (the
+// zero Result when there is none).
+func (r *Report) bestResult() Result {
+	var b Result
+	for _, x := range r.Results {
+		if x.BW.BytesPerSec > b.BW.BytesPerSec {
+			b = x
+		}
+	}
+	return b
+}
+
+// BestSize is the message size of r's best bandwidth, what its ceilings
+// compare with (0 when r has no result).
+func (r *Report) BestSize() int { return r.bestResult().BW.Size }
+
+// MessageShape returns the UDP payload size (BTH, extended headers,
+// payload, pad and ICRC) of each packet IBA makes of one message of size
+// bytes at path MTU mtu in mode over conn, in the direction that carries
+// the data (an RDMA READ's responses), and false for a mode that moves no
+// bulk data (atomic_bw) or a message UD cannot carry. Every packet but the
+// last carries exactly mtu bytes; first and only packets carry their
+// extended headers (an RDMA WRITE's RETH, UD's DETH, a READ response's
+// AETH), so an RDMA WRITE's first packet is 16 bytes longer than the rest
+// and cannot be in their GSO run: the shaped ceiling of --ceiling.
+func MessageShape(mode Mode, conn hca.QPType, size int, mtu bth.MTU) ([]int, bool) {
+	if !mtu.Valid() || size < 0 {
+		return nil, false
+	}
+	var first, middle, last, only bth.Opcode
+	switch {
+	case mode.isSend() && conn == hca.UD:
+		if size > mtu.Bytes() {
+			return nil, false
+		}
+		only = bth.OpUDSendOnly
+	case mode.isSend():
+		first, middle, last, only = bth.OpRCSendFirst, bth.OpRCSendMiddle, bth.OpRCSendLast, bth.OpRCSendOnly
+	case mode == ModeWriteBW || mode == ModeWriteLat:
+		first, middle, last, only = bth.OpRCRDMAWriteFirst, bth.OpRCRDMAWriteMiddle, bth.OpRCRDMAWriteLast, bth.OpRCRDMAWriteOnly
+	case mode.isRead():
+		first, middle, last, only = bth.OpRCRDMAReadResponseFirst, bth.OpRCRDMAReadResponseMiddle,
+			bth.OpRCRDMAReadResponseLast, bth.OpRCRDMAReadResponseOnly
+	default:
+		return nil, false
+	}
+	// UC's opcodes carry the same headers as RC's.
+	pkt := func(op bth.Opcode, payload int) int {
+		return op.Info().HdrLen + (payload+3)&^3 + 4
+	}
+	m := mtu.Bytes()
+	if size <= m {
+		return []int{pkt(only, size)}, true
+	}
+	n := (size + m - 1) / m
+	shape := make([]int, n)
+	shape[0] = pkt(first, m)
+	for i := 1; i < n-1; i++ {
+		shape[i] = pkt(middle, m)
+	}
+	shape[n-1] = pkt(last, size-(n-1)*m)
+	return shape, true
 }
 
 // RoCEPacketBytes is the UDP payload of a full RDMA WRITE MIDDLE packet

@@ -18,8 +18,11 @@
 //     runs both roles in one process over a loopback TCP connection.
 //   - Report output: perftest's text layout, JSON, CSV, and charts as SVG
 //     and PNG drawn with the standard library only.
-//   - MeasureCeiling: the raw path ceiling of --ceiling, full-MTU RoCE
-//     packets blasted through the same link endpoints without an HCA.
+//   - MeasureCeiling: the link ceiling of --ceiling, full-MTU RoCE
+//     packets blasted through the same link endpoints without an HCA;
+//     MessageShape: the packets IBA makes of one message, which the shaped
+//     ceiling blasts as plain UDP datagrams (the raw ceiling's uniform
+//     full-MTU datagrams are a shape no RDMA WRITE can take).
 //   - NewPair, RunChecks, WriteBW, SendLat, PrintBW, PrintLat: the in-process
 //     pair and checks of `goroce demo`.
 //

@@ -42,6 +42,13 @@ type Report struct {
 	// goroce's best bandwidth over its payload rate (0 when not measured).
 	Ceiling      *Ceiling
 	CeilingRatio float64
+	// ShapedCeiling is the raw blast again with the datagrams IBA makes
+	// of one message of the run's best size (MessageShape) instead of
+	// uniform full-MTU ones: what a sender and receiver that cost nothing
+	// could move with RoCE's packets. ShapedCeilingRatio is goroce's share
+	// of it, ShapedCeiling/Ceiling what the packet shape alone leaves.
+	ShapedCeiling      *Ceiling
+	ShapedCeilingRatio float64
 	// LinkCeiling is the same blast through the link endpoints themselves
 	// (MeasureCeiling: the link's own per-packet work included), and
 	// LinkCeilingRatio goroce's share of it: what the HCA costs on top.

@@ -325,6 +325,15 @@ func PrintFooter(w io.Writer, r *Report) {
 			c.PacketBytes, c.PacketsPerSec, how, c.PayloadBytesPerSec/(1<<20), c.Payload)
 		fmt.Fprintf(w, " goroce / raw UDP ceiling: %.3f\n", r.CeilingRatio)
 	}
+	if c := r.ShapedCeiling; c != nil {
+		fmt.Fprintf(w, " Shaped UDP ceiling (the same blast with RoCE's datagrams of one %d-byte message: %s): %.0f messages/s = %.2f MB/sec\n",
+			c.Payload, shapeString(c.MessageShape), c.PacketsPerSec, c.PayloadBytesPerSec/(1<<20))
+		if r.Ceiling != nil && r.Ceiling.PayloadBytesPerSec > 0 {
+			fmt.Fprintf(w, " shaped / raw UDP ceiling: %.3f (the most a RoCE sender that cost nothing could reach here)\n",
+				c.PayloadBytesPerSec/r.Ceiling.PayloadBytesPerSec)
+		}
+		fmt.Fprintf(w, " goroce / shaped UDP ceiling: %.3f\n", r.ShapedCeilingRatio)
+	}
 	if c := r.LinkCeiling; c != nil {
 		fmt.Fprintf(w, " Link ceiling (same blast through the link endpoints): %.0f packets/s = %.2f MB/sec of payload\n",
 			c.PacketsPerSec, c.PayloadBytesPerSec/(1<<20))
@@ -333,6 +342,28 @@ func PrintFooter(w io.Writer, r *Report) {
 	if r.Ceiling != nil || r.LinkCeiling != nil {
 		fmt.Fprintln(w, resultLine)
 	}
+}
+
+// shapeString writes a message shape as its runs of equal sizes:
+// "4128 + 15 x 4112 B".
+func shapeString(shape []int) string {
+	var b strings.Builder
+	for i := 0; i < len(shape); {
+		j := i + 1
+		for j < len(shape) && shape[j] == shape[i] {
+			j++
+		}
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		if j-i > 1 {
+			fmt.Fprintf(&b, "%d x ", j-i)
+		}
+		fmt.Fprintf(&b, "%d", shape[i])
+		i = j
+	}
+	b.WriteString(" B")
+	return b.String()
 }
 
 // JSONReport is the --json document.
@@ -367,6 +398,11 @@ type JSONReport struct {
 	Ceiling          *Ceiling     `json:"ceiling,omitempty"`
 	LinkCeilingRatio *float64     `json:"link_ceiling_ratio,omitempty"`
 	LinkCeiling      *Ceiling     `json:"link_ceiling,omitempty"`
+	// ShapedCeilingRatio is goroce's bandwidth over the shaped ceiling,
+	// ShapedOfRaw the shaped ceiling over the raw one.
+	ShapedCeilingRatio *float64 `json:"shaped_ceiling_ratio,omitempty"`
+	ShapedOfRaw        *float64 `json:"shaped_ceiling_of_raw,omitempty"`
+	ShapedCeiling      *Ceiling `json:"shaped_ceiling,omitempty"`
 	// Transport is this side's QPs' transport counters, summed
 	// (TransportCounters), over TransportQPs QPs.
 	Transport    map[string]uint64 `json:"transport,omitempty"`
@@ -431,6 +467,14 @@ func ToJSON(r *Report) JSONReport {
 	if r.LinkCeiling != nil {
 		v := r.LinkCeilingRatio
 		j.LinkCeilingRatio, j.LinkCeiling = &v, r.LinkCeiling
+	}
+	if c := r.ShapedCeiling; c != nil {
+		v := r.ShapedCeilingRatio
+		j.ShapedCeilingRatio, j.ShapedCeiling = &v, c
+		if r.Ceiling != nil && r.Ceiling.PayloadBytesPerSec > 0 {
+			o := c.PayloadBytesPerSec / r.Ceiling.PayloadBytesPerSec
+			j.ShapedOfRaw = &o
+		}
 	}
 	if r.TransportQPs > 0 {
 		j.Transport, j.TransportQPs = map[string]uint64{}, r.TransportQPs

@@ -139,7 +139,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.BoolVar(&o.cpuUtil, "cpu_util", false, "add perftest's CPU_Util[%] column: the busy share of the machine's CPU time during each result (user, system, irq and softirq time; perftest counts user time only); with -D or --run_infinitely")
 	fs.StringVar(&o.output, "output", "", "print only one figure per result, as perftest's --output=`UNITS`: bandwidth (MB/sec, Gb/sec with --report_gbits) or message_rate (Mpps) in bandwidth modes, latency (t_avg, usec) in latency modes")
 	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
-	fs.BoolVar(&o.ceiling, "ceiling", false, "with --loopback: also measure the raw UDP path ceiling and print goroce's bandwidth as a ratio of it")
+	fs.BoolVar(&o.ceiling, "ceiling", false, "with --loopback: also measure the raw UDP path ceiling (and the same blast shaped as the mode's RoCE packets) and print goroce's bandwidth as a ratio of each")
 	o.lf = addLinkFlags(fs)
 	fs.Usage = func() {
 		w := fs.Output()
@@ -611,6 +611,9 @@ func measureCeiling(o *benchOpts, ss, cs linkSettings, rep *bench.Report, pre *b
 	if pre != nil && pre.Payload == post.Payload {
 		rep.Ceiling = bench.BestCeiling(pre, post)
 	}
+	if rep.ShapedCeiling, err = shapedCeiling(o, ss, cs, rep); err != nil {
+		return err
+	}
 	if ss.Link == linkUDP || ss.Link == "" {
 		ss.Pcap, cs.Pcap = "", ""
 		dst, err := openLink(ss)
@@ -651,6 +654,38 @@ func rawCeiling(o *benchOpts, ss, cs linkSettings, mtu bth.MTU) (*bench.Ceiling,
 		hdr = 48
 	}
 	c := bench.NewCeiling("udp-blast", size+hdr, mtu.Bytes(), res.Sent, res.Received, res.Duration)
+	c.MedianOf(res.Rates)
+	return c, nil
+}
+
+// shapedCeiling runs the raw UDP blast again with the datagrams IBA makes
+// of one message of the run's best size (bench.MessageShape), the median
+// of its slices' rates in messages; nil for a mode without a data shape.
+func shapedCeiling(o *benchOpts, ss, cs linkSettings, rep *bench.Report) (*bench.Ceiling, error) {
+	size := rep.BestSize()
+	shape, ok := bench.MessageShape(o.p.Mode, o.p.Conn, size, rep.MTU)
+	if !ok {
+		return nil, nil
+	}
+	// An RDMA READ's data flows from the server to the client.
+	src, dst := cs.Addr, ss.Addr
+	if o.p.Mode == bench.ModeReadBW {
+		src, dst = dst, src
+	}
+	res, err := udp.Blast(context.Background(), udp.BlastConfig{Src: src, Dst: dst, Shape: shape, Duration: ceilingDuration(o)})
+	if err != nil {
+		return nil, fmt.Errorf("shaped UDP ceiling: %w", err)
+	}
+	hdr := 28
+	if cs.Addr.Is6() {
+		hdr = 48
+	}
+	bytes := 0
+	for _, sz := range shape {
+		bytes += sz + hdr
+	}
+	c := bench.NewCeiling("udp-blast-shaped", bytes, size, res.Sent, res.Received, res.Duration)
+	c.MessageShape = shape
 	c.MedianOf(res.Rates)
 	return c, nil
 }

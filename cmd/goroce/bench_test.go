@@ -161,6 +161,17 @@ func TestBenchLoopbackJSON(t *testing.T) {
 	if !strings.Contains(out, `"ceiling_ratio":`) {
 		t.Fatal("no ceiling_ratio field")
 	}
+	// The shaped ceiling: the raw blast with the four packets of a 16 KiB
+	// RDMA WRITE (the first with its RETH), counted in messages.
+	sc := j.ShapedCeiling
+	if sc == nil || sc.Method != "udp-blast-shaped" || !slices.Equal(sc.MessageShape, []int{4128, 4112, 4112, 4112}) ||
+		sc.Payload != 16384 || sc.Delivered == 0 || sc.PacketBytes != 4128+3*4112+4*28 {
+		t.Fatalf("shaped ceiling %+v", sc)
+	}
+	if j.ShapedCeilingRatio == nil || !(*j.ShapedCeilingRatio > 0) || j.ShapedOfRaw == nil ||
+		*j.ShapedOfRaw != sc.PayloadBytesPerSec/j.Ceiling.PayloadBytesPerSec {
+		t.Fatalf("shaped ratios %v %v", j.ShapedCeilingRatio, j.ShapedOfRaw)
+	}
 	// 200 WRITEs of 4 packets on each of 2 QPs, at least (retransmissions
 	// count too).
 	if j.TransportQPs != 2 || j.Transport["tx_packets"] < 1600 || len(j.Transport) != len((&bench.Report{}).TransportCounters()) {

@@ -4,9 +4,11 @@ package udp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,13 +42,43 @@ type BlastConfig struct {
 	Duration time.Duration
 	// SocketBuf is SO_SNDBUF/SO_RCVBUF (default DefaultSocketBuffer).
 	SocketBuf int
+	// Shape, when set, replaces Size: the UDP payload sizes of the
+	// datagrams of one message, in order (MessageRuns says how they
+	// travel). The blast then sends that message over and over, and its
+	// result counts messages, not datagrams. It is the shaped ceiling of
+	// `goroce bench --ceiling`: the most a sender that costs nothing could
+	// move with the packets IBA makes of a message (an RDMA WRITE's first
+	// packet carries a RETH, so it cannot share a run with the rest).
+	Shape []int
 }
 
-// BlastResult counts the datagrams of a Blast.
+// MessageRuns groups a message's datagrams (their UDP payload sizes) into
+// the runs the udp link sends as one GSO super-datagram each (txState.run):
+// a run is led by its longest segment, takes the equal ones that follow
+// and may end with one shorter, within maxGSOSegments segments and a
+// 65507-byte datagram. Each run is returned as its segment count.
+func MessageRuns(sizes []int) []int {
+	var runs []int
+	for i := 0; i < len(sizes); {
+		seg, sum, j := sizes[i], sizes[i], i+1
+		for j < len(sizes) && j-i < maxGSOSegments && sizes[j] <= seg && sum+sizes[j] <= 65507 {
+			sum += sizes[j]
+			j++
+			if sizes[j-1] < seg {
+				break
+			}
+		}
+		runs = append(runs, j-i)
+		i = j
+	}
+	return runs
+}
+
+// BlastResult counts the datagrams of a Blast (with Shape: the messages).
 type BlastResult struct {
 	Sent, Received uint64
 	Duration       time.Duration
-	// Rates is the receive rate (datagrams per second) in each of the
+	// Rates is the receive rate (datagrams, or messages, per second) in each of the
 	// blast's BlastSlices consecutive slices of time, so that a caller can
 	// take a figure a short stall of the host does not drag down.
 	Rates []float64
@@ -64,7 +96,15 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 	if !cfg.Src.IsValid() || !cfg.Dst.IsValid() || cfg.Src.Is4() != cfg.Dst.Is4() {
 		return res, fmt.Errorf("udp: blast needs two addresses of one family, have %v and %v", cfg.Src, cfg.Dst)
 	}
-	if cfg.Size <= 0 || cfg.Size > 65507 {
+	if len(cfg.Shape) > 0 {
+		cfg.Size = 0
+		for _, sz := range cfg.Shape {
+			if sz <= 0 || sz > 65507 {
+				return res, fmt.Errorf("udp: blast datagram size %d in shape %v", sz, cfg.Shape)
+			}
+			cfg.Size += sz // the unit counted: one message
+		}
+	} else if cfg.Size <= 0 || cfg.Size > 65507 {
 		return res, fmt.Errorf("udp: blast datagram size %d", cfg.Size)
 	}
 	if cfg.Port == 0 {
@@ -79,7 +119,10 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 	if cfg.SocketBuf <= 0 {
 		cfg.SocketBuf = DefaultSocketBuffer
 	}
-	segs := min(maxGSOSegments, 65507/cfg.Size)
+	segs := 1
+	if len(cfg.Shape) == 0 {
+		segs = min(maxGSOSegments, 65507/cfg.Size)
+	}
 	if cfg.NoGSO || segs < 2 {
 		segs = 1
 	}
@@ -124,17 +167,39 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 		}
 		name, namelen = nil, 0
 	}
-	data := make([]byte, cfg.BatchSize*segs*cfg.Size)
-	for i := range data {
-		data[i] = byte(i)
+	var msgs []unix.Mmsghdr
+	perBatch := 0 // messages per batch (Shape)
+	if len(cfg.Shape) > 0 {
+		if _, err := unix.GetsockoptInt(tx, unix.IPPROTO_UDP, unix.UDP_SEGMENT); err != nil {
+			cfg.NoGSO = true // no GSO on this kernel: datagrams one by one
+		}
+		msgs, perBatch = shapedBatch(cfg.Shape, cfg.BatchSize, cfg.NoGSO)
+	} else {
+		data := make([]byte, cfg.BatchSize*segs*cfg.Size)
+		for i := range data {
+			data[i] = byte(i)
+		}
+		msgs = make([]unix.Mmsghdr, cfg.BatchSize)
+		iovs := make([]unix.Iovec, cfg.BatchSize)
+		for i := range msgs {
+			setIov(&iovs[i], data[i*segs*cfg.Size:(i+1)*segs*cfg.Size])
+			msgs[i].Hdr.Iov = &iovs[i]
+			msgs[i].Hdr.SetIovlen(1)
+		}
 	}
-	msgs := make([]unix.Mmsghdr, cfg.BatchSize)
-	iovs := make([]unix.Iovec, cfg.BatchSize)
 	for i := range msgs {
-		setIov(&iovs[i], data[i*segs*cfg.Size:(i+1)*segs*cfg.Size])
-		msgs[i].Hdr.Iov = &iovs[i]
-		msgs[i].Hdr.SetIovlen(1)
 		msgs[i].Hdr.Name, msgs[i].Hdr.Namelen = name, namelen
+	}
+	// The messages' datagrams, for Sent: sendmmsg reports messages of the
+	// batch (mmsghdrs), and with Shape a message of the blast is several.
+	sentUnits := func(n int) uint64 { return uint64(n * segs) }
+	if len(cfg.Shape) > 0 {
+		sentUnits = func(n int) uint64 {
+			if n == len(msgs) {
+				return uint64(perBatch)
+			}
+			return uint64(n * perBatch / len(msgs)) // about: whole messages only
+		}
 	}
 
 	var stop atomic.Bool
@@ -191,7 +256,7 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 			serr = fmt.Errorf("udp: blast sendmmsg: %w", errno)
 			break
 		}
-		res.Sent += uint64(n * segs)
+		res.Sent += sentUnits(n)
 	}
 	end := time.Now()
 	res.Duration = end.Sub(start)
@@ -213,6 +278,70 @@ func Blast(ctx context.Context, cfg BlastConfig) (BlastResult, error) {
 		serr = ctx.Err()
 	}
 	return res, serr
+}
+
+// shapedBatch is a sendmmsg batch of whole messages of the given shape,
+// one after another as a sender's stream: the runs of MessageRuns over the
+// whole batch (a run may span two messages, as the link's runs span the
+// packets of consecutive messages of one QP), each one mmsghdr with its
+// UDP_SEGMENT cmsg (every datagram its own with noGSO). It holds as many
+// messages as fit in batch mmsghdrs, and at least one; it returns them
+// with that count. Each message has its own bytes, as a sender's would.
+func shapedBatch(shape []int, batch int, noGSO bool) ([]unix.Mmsghdr, int) {
+	runsOf := func(seq []int) []int {
+		if !noGSO {
+			return MessageRuns(seq)
+		}
+		r := make([]int, len(seq))
+		for i := range r {
+			r[i] = 1
+		}
+		return r
+	}
+	seq := slices.Clone(shape)
+	nmsg := 1
+	for {
+		next := append(slices.Clone(seq), shape...)
+		if len(runsOf(next)) > batch {
+			break
+		}
+		seq, nmsg = next, nmsg+1
+	}
+	runs := runsOf(seq)
+	total := 0
+	for _, sz := range seq {
+		total += sz
+	}
+	data := make([]byte, total)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	msgs := make([]unix.Mmsghdr, len(runs))
+	iovs := make([]unix.Iovec, len(msgs))
+	oob := make([]byte, len(msgs)*cmsgSpace2)
+	off, d := 0, 0 // byte offset and datagram index in seq
+	for k, r := range runs {
+		bytes := 0
+		for _, sz := range seq[d : d+r] {
+			bytes += sz
+		}
+		m := &msgs[k]
+		setIov(&iovs[k], data[off:off+bytes])
+		m.Hdr.Iov = &iovs[k]
+		m.Hdr.SetIovlen(1)
+		if r > 1 {
+			c := oob[k*cmsgSpace2 : (k+1)*cmsgSpace2]
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+			h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+			h.SetLen(unix.CmsgLen(2))
+			binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(seq[d]))
+			m.Hdr.Control = &c[0]
+			m.Hdr.SetControllen(len(c))
+		}
+		off += bytes
+		d += r
+	}
+	return msgs, nmsg
 }
 
 // blastSocket is a blocking UDP socket bound to a:port with the Endpoint's
