@@ -465,6 +465,8 @@ func TestJSONAndCSV(t *testing.T) {
 	c, _ := loopback(t, Params{Mode: ModeWriteBW, All: true, MaxSize: 64, Iters: 10})
 	c.Ceiling = &Ceiling{PacketBytes: 4140, Payload: 4096, PayloadBytesPerSec: 1e9}
 	c.CeilingRatio = 0.5
+	c.ShapedCeiling = &Ceiling{PacketBytes: 100, Payload: 64, PayloadBytesPerSec: 5e8, MessageShape: []int{88}}
+	c.ShapedCeilingRatio = 0.25
 	var b bytes.Buffer
 	if err := WriteJSON(&b, c); err != nil {
 		t.Fatal(err)
@@ -473,7 +475,8 @@ func TestJSONAndCSV(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &j); err != nil {
 		t.Fatalf("%v\n%s", err, b.Bytes())
 	}
-	if j["mode"] != "write_bw" || j["role"] != "client" || j["connection"] != "RC" || j["ceiling_ratio"] != 0.5 {
+	if j["mode"] != "write_bw" || j["role"] != "client" || j["connection"] != "RC" || j["ceiling_ratio"] != 0.5 ||
+		j["shaped_ceiling_ratio"] != 0.25 || j["shaped_ceiling_of_raw"] != 0.5 {
 		t.Fatalf("json: %s", b.Bytes())
 	}
 	var back JSONReport

@@ -551,7 +551,7 @@ func WriteJSON(w io.Writer, r *Report) error {
 
 // CSV columns.
 var (
-	csvBW  = []string{"mode", "bytes", "iterations", "qps", "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps", "ceiling_ratio"}
+	csvBW  = []string{"mode", "bytes", "iterations", "qps", "bw_peak_mb_s", "bw_avg_mb_s", "msg_rate_mpps", "ceiling_ratio", "shaped_ceiling_ratio"}
 	csvLat = []string{"mode", "bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "t_stdev_us", "p99_us", "p99_9_us"}
 )
 
@@ -562,13 +562,18 @@ func WriteCSV(w io.Writer, r *Report) error {
 	j := ToJSON(r)
 	if r.Params.Mode.IsBW() {
 		cw.Write(csvBW)
-		ratio := ""
+		// The ceilings are measured once a run and compared with its best
+		// size: empty when not measured.
+		ratio, shaped := "", ""
 		if j.CeilingRatio != nil {
 			ratio = f(*j.CeilingRatio)
 		}
+		if j.ShapedCeilingRatio != nil {
+			shaped = f(*j.ShapedCeilingRatio)
+		}
 		for _, x := range j.Results {
 			cw.Write([]string{j.Mode, strconv.Itoa(x.Bytes), strconv.Itoa(x.Iterations), strconv.Itoa(j.QPs),
-				f(x.BWPeakMBps), f(x.BWAvgMBps), f(x.MsgRateMpps), ratio})
+				f(x.BWPeakMBps), f(x.BWAvgMBps), f(x.MsgRateMpps), ratio, shaped})
 		}
 	} else {
 		cw.Write(csvLat)

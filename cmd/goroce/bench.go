@@ -594,9 +594,11 @@ func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Wr
 	return rep, nil
 }
 
-// measureCeiling runs the two blasts of --ceiling on the loopback pair's
+// measureCeiling runs the blasts of --ceiling on the loopback pair's
 // addresses once the devices have let go of the sockets: plain UDP
-// datagrams (udp.Blast, the ratio the brief asks for) and the same packets
+// datagrams (udp.Blast, the ratio the brief asks for), the same blast with
+// the datagrams RoCE makes of the run's messages (shapedCeiling: what the
+// packet shape alone leaves of the raw ceiling), and full-MTU packets
 // through the link endpoints (what the link itself costs). The raw ceiling
 // is the better of this blast and pre, the one before the run (if it ran
 // at the MTU the run agreed): a host busy elsewhere for seconds during one
