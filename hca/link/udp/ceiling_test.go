@@ -3,6 +3,7 @@ package udp
 import (
 	"context"
 	"encoding/binary"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -211,5 +212,48 @@ func TestBlastShape(t *testing.T) {
 	if _, err := Blast(context.Background(), BlastConfig{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.2"),
 		Shape: []int{4112, 0}}); err == nil {
 		t.Error("a shape with a 0-byte datagram: no error")
+	}
+}
+
+// TestMessageRunsProperties: on random shapes, the runs cover every
+// datagram once, in order, and each is a valid GSO super-datagram led by
+// its longest segment (equal ones after it, at most one shorter and only
+// last, within the segment and size caps); a run ends early only where
+// the next datagram could not join it.
+func TestMessageRunsProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{32, 1040, 1056, 4112, 4116, 4128, 9000}
+	for range 2000 {
+		shape := make([]int, 1+rng.IntN(100))
+		for i := range shape {
+			shape[i] = sizes[rng.IntN(len(sizes))]
+			if rng.IntN(4) == 0 && i > 0 {
+				shape[i] = shape[i-1] // runs of equal sizes, as messages have
+			}
+		}
+		d := 0
+		for k, r := range MessageRuns(shape) {
+			if r < 1 || r > maxGSOSegments || d+r > len(shape) {
+				t.Fatalf("%v: run %d of %d segments at %d", shape, k, r, d)
+			}
+			run := shape[d : d+r]
+			sum := 0
+			for i, sz := range run {
+				sum += sz
+				if i > 0 && (sz > run[0] || sz < run[0] && i != r-1) {
+					t.Fatalf("%v: run %d %v is no GSO super-datagram", shape, k, run)
+				}
+			}
+			if sum > 65507 {
+				t.Fatalf("%v: run %d is %d bytes", shape, k, sum)
+			}
+			d += r
+			if d < len(shape) && run[r-1] == run[0] && r < maxGSOSegments && shape[d] <= run[0] && sum+shape[d] <= 65507 {
+				t.Fatalf("%v: run %d %v ends although %d could join it", shape, k, run, shape[d])
+			}
+		}
+		if d != len(shape) {
+			t.Fatalf("%v: runs cover %d datagrams", shape, d)
+		}
 	}
 }
