@@ -78,9 +78,10 @@ func MessageRuns(sizes []int) []int {
 type BlastResult struct {
 	Sent, Received uint64
 	Duration       time.Duration
-	// Rates is the receive rate (datagrams, or messages, per second) in each of the
-	// blast's BlastSlices consecutive slices of time, so that a caller can
-	// take a figure a short stall of the host does not drag down.
+	// Rates is the receive rate (datagrams, or messages, per second) in
+	// each of the blast's BlastSlices consecutive slices of time, so that a
+	// caller can take a figure a short stall of the host does not drag
+	// down.
 	Rates []float64
 }
 
