@@ -168,6 +168,16 @@ func (r *Report) Ratios() {
 	}
 }
 
+// ShapedOfRaw is the shaped ceiling over the raw one: what the packets
+// IBA makes of the run's messages leave of the raw path (false when
+// either was not measured).
+func (r *Report) ShapedOfRaw() (float64, bool) {
+	if r.ShapedCeiling == nil || r.Ceiling == nil || r.Ceiling.PayloadBytesPerSec <= 0 {
+		return 0, false
+	}
+	return r.ShapedCeiling.PayloadBytesPerSec / r.Ceiling.PayloadBytesPerSec, true
+}
+
 // bestResult is the result (size) of r with the highest bandwidth (the
 // zero Result when there is none).
 func (r *Report) bestResult() Result {

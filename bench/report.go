@@ -328,9 +328,8 @@ func PrintFooter(w io.Writer, r *Report) {
 	if c := r.ShapedCeiling; c != nil {
 		fmt.Fprintf(w, " Shaped UDP ceiling (the same blast with RoCE's datagrams of one %d-byte message: %s): %.0f messages/s = %.2f MB/sec\n",
 			c.Payload, shapeString(c.MessageShape), c.PacketsPerSec, c.PayloadBytesPerSec/(1<<20))
-		if r.Ceiling != nil && r.Ceiling.PayloadBytesPerSec > 0 {
-			fmt.Fprintf(w, " shaped / raw UDP ceiling: %.3f (the most a RoCE sender that cost nothing could reach here)\n",
-				c.PayloadBytesPerSec/r.Ceiling.PayloadBytesPerSec)
+		if o, ok := r.ShapedOfRaw(); ok {
+			fmt.Fprintf(w, " shaped / raw UDP ceiling: %.3f (the most a RoCE sender that cost nothing could reach here)\n", o)
 		}
 		fmt.Fprintf(w, " goroce / shaped UDP ceiling: %.3f\n", r.ShapedCeilingRatio)
 	}
@@ -471,8 +470,7 @@ func ToJSON(r *Report) JSONReport {
 	if c := r.ShapedCeiling; c != nil {
 		v := r.ShapedCeilingRatio
 		j.ShapedCeilingRatio, j.ShapedCeiling = &v, c
-		if r.Ceiling != nil && r.Ceiling.PayloadBytesPerSec > 0 {
-			o := c.PayloadBytesPerSec / r.Ceiling.PayloadBytesPerSec
+		if o, ok := r.ShapedOfRaw(); ok {
 			j.ShapedOfRaw = &o
 		}
 	}

@@ -651,11 +651,7 @@ func rawCeiling(o *benchOpts, ss, cs linkSettings, mtu bth.MTU) (*bench.Ceiling,
 	if err != nil {
 		return nil, fmt.Errorf("raw UDP ceiling: %w", err)
 	}
-	hdr := 28
-	if cs.Addr.Is6() {
-		hdr = 48
-	}
-	c := bench.NewCeiling("udp-blast", size+hdr, mtu.Bytes(), res.Sent, res.Received, res.Duration)
+	c := bench.NewCeiling("udp-blast", size+ipUDPHeaderLen(cs.Addr), mtu.Bytes(), res.Sent, res.Received, res.Duration)
 	c.MedianOf(res.Rates)
 	return c, nil
 }
@@ -678,18 +674,22 @@ func shapedCeiling(o *benchOpts, ss, cs linkSettings, rep *bench.Report) (*bench
 	if err != nil {
 		return nil, fmt.Errorf("shaped UDP ceiling: %w", err)
 	}
-	hdr := 28
-	if cs.Addr.Is6() {
-		hdr = 48
-	}
 	bytes := 0
 	for _, sz := range shape {
-		bytes += sz + hdr
+		bytes += sz + ipUDPHeaderLen(cs.Addr)
 	}
 	c := bench.NewCeiling("udp-blast-shaped", bytes, size, res.Sent, res.Received, res.Duration)
 	c.MessageShape = shape
 	c.MedianOf(res.Rates)
 	return c, nil
+}
+
+// ipUDPHeaderLen is the IP and UDP header bytes of a datagram from a.
+func ipUDPHeaderLen(a netip.Addr) int {
+	if a.Is6() {
+		return 40 + 8
+	}
+	return 20 + 8
 }
 
 // benchPeer runs one side against a peer process (goroce bench or perftest).

@@ -301,12 +301,8 @@ func shapedBatch(shape []int, batch int, noGSO bool) ([]unix.Mmsghdr, int) {
 	}
 	seq := slices.Clone(shape)
 	nmsg := 1
-	for {
-		next := append(slices.Clone(seq), shape...)
-		if len(runsOf(next)) > batch {
-			break
-		}
-		seq, nmsg = next, nmsg+1
+	for len(runsOf(append(seq, shape...))) <= batch {
+		seq, nmsg = append(seq, shape...), nmsg+1
 	}
 	runs := runsOf(seq)
 	total := 0
