@@ -84,9 +84,12 @@
 //     Segmentation numbers IPv4 IDs id0, id0+1, ...; a frame built with
 //     another ID is sent with its ICRC corrected for that ID (4 bytes from
 //     a per-frame slot, by CRC linearity), so the segments' ICRCs verify.
-//     An IPv4 run whose payload would fit one RoCE packet goes frame by
-//     frame (a raw-socket receiver could not tell it from one packet), as
-//     do all other frames, each after a zero virtio_net_hdr.
+//     A run whose payload would fit one RoCE packet goes whole only in a
+//     shape a receiver that sees it whole without a gso_size (a raw IPv4
+//     socket, an AF_XDP socket) can tell from one packet: led by a packet
+//     of fixed length, or a power of two of packets of one length (vnet's
+//     short runs); the rest of it, and all other frames, go frame by
+//     frame, each after a zero virtio_net_hdr.
 //   - The first super-packet an endpoint sends goes in a sendmmsg of its
 //     own, so the kernel's verdict is its errno: EINVAL (a kernel whose
 //     packet sockets do not take UDP_L4) turns GSO off for good (GSO()

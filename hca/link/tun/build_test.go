@@ -60,10 +60,10 @@ func TestBuild(t *testing.T) {
 		{"short last ends the run", slices.Concat(run(a4, b4, 3, 4096), [][]byte{frame(a4, b4, 3, 100)}, run(a4, b4, 2, 4096)), []int{4, 2}},
 		{"longer after shorter", slices.Concat([][]byte{frame(a4, b4, 0, 100)}, run(a4, b4, 3, 4096)), []int{-1, 3}},
 		{"alternating destinations", [][]byte{frame(a4, b4, 0, 4096), frame(a4, c4, 0, 4096), frame(a4, b4, 1, 4096), frame(a4, c4, 1, 4096)}, []int{-1, -1, -1, -1}},
-		{"small IPv4 run stays single", run(a4, b4, 10, 100), []int{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1}},
+		{"small IPv4 run: powers of two", run(a4, b4, 10, 100), []int{8, 2}},
 		{"long small IPv4 run", run(a4, b4, 50, 100), []int{50}},
 		{"TTL change breaks the run", ttl(run(a4, b4, 4, 4096), 2), []int{2, -1, -1}},
-		{"IPv6 small run", run(a6, b6, 3, 100), []int{3}},
+		{"IPv6 small run: powers of two", run(a6, b6, 3, 100), []int{2, -1}},
 		{"IPv6 1 KiB: 62 fit 64 KiB", run(a6, b6, 64, 1024), []int{62, 2}},
 		{"single", run(a4, b4, 1, 4096), []int{-1}},
 	} {

@@ -27,7 +27,11 @@
 // with IP IDs 0, 1, 2, ... from the unconnected socket and on from the
 // counter of a connected one (TestGSOSegmentIPIDs): Write sends each
 // packet whose ID is not 0 with a separate copy of its ICRC, corrected for
-// that ID, never writing the caller's bytes.
+// that ID, never writing the caller's bytes. A run whose payload would fit
+// one RoCE packet goes whole only if an ACK-like packet leads it or as 2,
+// 4, ... 64 packets of one length (hca/link/internal/vnet's short runs),
+// so that a receiver that sees it whole without a gso_size (the raw
+// socket below, a peer's AF_XDP socket) can tell it from one packet.
 //
 // Receive path, IPv4: a raw socket (AF_INET, SOCK_RAW, IPPROTO_UDP) bound to
 // Addr with a classic BPF filter for UDP to Port shows the real IPv4
@@ -37,7 +41,8 @@
 // socket sees it whole; Read splits it the way the kernel's segmentation
 // would (IDs id, id+1, ...), taking the segment size from the leading
 // opcode when it has one length, or else finding it from the BTHs and
-// confirming it with the first segment's ICRC.
+// confirming it with the first segment's ICRC; a datagram no longer than
+// one RoCE packet is split only in the shape of a short run.
 //
 // Receive path, IPv4 with Config.RxRing (ring.go): a SOCK_DGRAM packet
 // socket for ETH_P_IP on every interface takes the raw socket's place, with

@@ -9,7 +9,6 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca/link"
-	"github.com/goroce/goroce/hca/link/internal/vnet"
 	"github.com/goroce/goroce/hca/link/linktest"
 	"github.com/goroce/goroce/wire"
 )
@@ -97,6 +96,61 @@ func TestFixedLengthRun(t *testing.T) {
 	}
 }
 
+// TestShortEqualRun: a short run of one flow's packets of one length goes
+// in powers of two (37 packets: 32 + 4 + 1, two super-datagrams and a
+// datagram), which every receiver splits back into the packets sent: the
+// raw IPv4 socket, its RX ring, PlainIPv4's UDP socket, IPv6 with and
+// without GRO. 37 packets of 100 bytes are longer than one RoCE packet:
+// one super-datagram.
+func TestShortEqualRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v6   bool
+		mod  func(*Config)
+	}{
+		{"ipv4", false, nil},
+		{"ipv4-rxring", false, func(c *Config) { c.RxRing = true }},
+		{"ipv4-plain", false, func(c *Config) { c.PlainIPv4 = true }},
+		{"ipv6-gro", true, func(c *Config) { c.GRO = true }},
+		{"ipv6", true, func(c *Config) { c.GRO = false }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sa, da, extra := "127.0.0.1", "127.0.0.2", []string(nil)
+			if tc.v6 {
+				sa, da, extra = "fd00::1", "fd00::2", []string{"fd00::1/128", "fd00::2/128"}
+			}
+			ns := newNetNS(t, extra...)
+			a, b := openPair(t, ns, sa, da, tc.mod)
+			defer a.Close()
+			defer b.Close()
+			if !a.GSO() {
+				t.Skip("kernel has no UDP_SEGMENT")
+			}
+			for _, pc := range []struct{ payload, supers int }{{2, 2}, {32, 2}, {64, 2}, {100, 1}} {
+				payload := pc.payload
+				frames := mustFrames(t, a, b, 10, 37, payload)
+				before, rbefore := a.Stats(), b.Stats()
+				if w, err := a.Write(frames, 0); w != len(frames) || err != nil {
+					t.Fatalf("%d bytes: Write = %d, %v", payload, w, err)
+				}
+				got := readN(t, b, len(frames))
+				for i, f := range got {
+					if !linktest.Equivalent(f, frames[i], link.FormatIP) {
+						t.Fatalf("%d bytes: frame %d differs from what was sent", payload, i)
+					}
+				}
+				after, rafter := a.Stats(), b.Stats()
+				if d := after.TxGSOBatches - before.TxGSOBatches; d != uint64(pc.supers) {
+					t.Errorf("%d bytes: %d GSO super-datagrams, want %d", payload, d, pc.supers)
+				}
+				if d := rafter.RxAggregates - rbefore.RxAggregates; !tc.v6 && !b.cfg.PlainIPv4 && d != uint64(pc.supers) {
+					t.Errorf("%d bytes: receiver split %d aggregates, want %d", payload, d, pc.supers)
+				}
+			}
+		})
+	}
+}
+
 // readN reads n frames from e and returns copies of them.
 func readN(t *testing.T, e *Endpoint, n int) [][]byte {
 	t.Helper()
@@ -121,54 +175,6 @@ func readN(t *testing.T, e *Endpoint, n int) [][]byte {
 		t.Fatalf("read %d frames, want %d", len(out), n)
 	}
 	return out
-}
-
-// fixedAggregate recognises only what a sender's fixed-length run can be.
-func TestFixedAggregate(t *testing.T) {
-	seg := func(op bth.Opcode, n int) []byte {
-		b := make([]byte, n)
-		b[0] = byte(op)
-		return b
-	}
-	cat := func(ps ...[]byte) []byte {
-		var out []byte
-		for _, p := range ps {
-			out = append(out, p...)
-		}
-		return out
-	}
-	ack := seg(bth.OpRCAcknowledge, 20)
-	many := ack
-	for range 2*maxGSOSegments - 1 {
-		many = cat(many, ack)
-	}
-	for _, tc := range []struct {
-		name string
-		p    []byte
-		want int
-	}{
-		{"one ACK", ack, 0},
-		{"two ACKs", cat(ack, ack), 20},
-		{"ACK and 2-byte SEND_ONLY", cat(ack, seg(bth.OpRCSendOnly, 20)), 20},
-		{"ACK and a short last", cat(ack, ack, seg(bth.OpRCSendOnly, 16)), 20},
-		{"atomic ACK pair", cat(seg(bth.OpRCAtomicAcknowledge, 28), seg(bth.OpRCAtomicAcknowledge, 28)), 28},
-		{"READ request pair", cat(seg(bth.OpRCRDMAReadRequest, 32), seg(bth.OpRCRDMAReadRequest, 32)), 32},
-		{"led by a payload opcode", cat(seg(bth.OpRCSendOnly, 20), ack), 0},
-		{"unknown opcode in segment 2", cat(ack, seg(0xFF, 20)), 0},
-		{"last segment shorter than BTH and ICRC", cat(ack, seg(bth.OpRCSendOnly, 15)), 0},
-		{"too short", ack[:10], 0},
-		{"unknown leader", cat(seg(0xFF, 20), ack), 0},
-		{"128 segments", many, 20},
-		{"129 segments", cat(many, ack), 0},
-	} {
-		if got := fixedAggregate(tc.p); got != tc.want {
-			t.Errorf("%s: fixedAggregate = %d, want %d", tc.name, got, tc.want)
-		}
-	}
-	// A leader's length is its headers and the ICRC.
-	if n := vnet.FixedSegment(binary.BigEndian.AppendUint32([]byte{byte(bth.OpRCAcknowledge)}, 0)); n != 20 {
-		t.Errorf("FixedSegment(ACK) = %d, want 20", n)
-	}
 }
 
 // TestSplitMixedQPs: the afpacket and tun links send equal-size packets of

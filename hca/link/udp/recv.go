@@ -476,10 +476,14 @@ func (r *rxState) segment4(d []byte) (g int, whole bool) {
 		return 0, false
 	}
 	p := len(d) - ipv4Hdr - udpHdr
-	g = fixedAggregate(d[ipv4Hdr+udpHdr:])
-	if p <= maxRoCEPacket && g == 0 {
-		r.next()
-		return 0, true
+	g = vnet.FixedRunSegment(d[ipv4Hdr+udpHdr:])
+	if g == 0 && p <= maxRoCEPacket {
+		// One packet, or a short run in one of the shapes senders give
+		// them (vnet: short runs).
+		if g = vnet.EqualRunSegment(d, 0, ipv4Hdr+udpHdr); g == 0 {
+			r.next()
+			return 0, true
+		}
 	}
 	if g == 0 {
 		g = r.findSegment(d)
@@ -493,28 +497,6 @@ func (r *rxState) segment4(d []byte) (g int, whole bool) {
 	}
 	r.segSize = g
 	return g, false
-}
-
-// fixedAggregate returns the segment size of UDP payload p when p is a
-// super-datagram led by a packet of fixed length (vnet.FixedSegment; the sender
-// builds such runs), else 0: p is longer than that length, its segments
-// (at most 2*maxGSOSegments) each start with a known opcode, and the last
-// holds at least a BTH and an ICRC. Each segment is checked again, ICRC
-// and all, by whoever reads it.
-func fixedAggregate(p []byte) int {
-	if len(p) < bth12+4 {
-		return 0
-	}
-	g := vnet.FixedSegment(p)
-	if g == 0 || len(p) <= g || (len(p)+g-1)/g > 2*maxGSOSegments {
-		return 0
-	}
-	for off := g; off < len(p); off += g {
-		if len(p)-off < bth12+4 || !bth.Opcode(p[off]).Valid() {
-			return 0
-		}
-	}
-	return g
 }
 
 // findSegment returns the GSO segment size of IPv4 super-datagram d, or 0.

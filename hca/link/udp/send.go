@@ -39,13 +39,13 @@ const (
 	// maxRoCEPacket is the longest BTH-through-ICRC an IBA packet can be:
 	// BTH 12 + the longest extended headers (AtomicETH 28) + 4096 bytes of
 	// payload + ICRC 4. A longer IPv4 datagram on the raw socket can only be
-	// a GSO super-datagram; IPv4 runs shorter than that are sent as separate
-	// datagrams so the receiver can tell the two apart. The exception: an
-	// opcode without payload (ACK, atomic ACK, RDMA READ request, atomic
-	// request, CNP) has one length, its headers plus the ICRC, so a longer
-	// datagram that starts with one can only be a super-datagram of
-	// segments that long (vnet.FixedSegment), and a run it leads may be short,
-	// e.g. an ACK and the 2-byte SEND after it (20 bytes each).
+	// a GSO super-datagram. A run no longer than that goes as one only in a
+	// shape its receiver can tell from one packet (vnet: short runs): led by
+	// an opcode without payload (ACK, atomic ACK, RDMA READ request, atomic
+	// request, CNP), which has one length (vnet.FixedSegment), e.g. an ACK
+	// and the 2-byte SEND after it (20 bytes each); or 2, 4, ... 64 packets
+	// of one length (vnet.ShortRunLen). An AF_XDP receiver, which generic XDP
+	// hands a super-datagram whole, needs the same of IPv6 runs.
 	maxRoCEPacket = vnet.MaxRoCEPacket // bth12 + 28 + 4096 + 4
 	bth12         = 12
 	ipv4Hdr       = 20
@@ -281,11 +281,12 @@ func (t *txState) run(bufs [][]byte, offset, i, valid, maxPayload int) (j, sum i
 // leaveTail returns where the IPv4 run bufs[i:j] (sum payload bytes, one
 // flow, cut at the segment or size cap) should end so that the rest of its
 // flow does not leave packet by packet: an IPv4 run no longer than
-// maxRoCEPacket cannot be a GSO super-datagram (the raw-socket receiver
-// could not tell it from one packet), so the 64 packets of a 64 KiB SEND
-// at IB MTU 1024 went as 62 + 1 + 1 datagrams. Taking full segments off
-// this run's end until the tail is longer than maxRoCEPacket sends them as
-// 60 + 4: two skbs instead of three. It also returns the run's new sum.
+// maxRoCEPacket is a GSO super-datagram only in the shapes of vnet's short
+// runs (the raw-socket receiver must tell it from one packet), so the 64
+// packets of a 65000-byte SEND at IB MTU 1024 (the last one shorter) went
+// as 62 + 1 + 1 datagrams. Taking full segments off this run's end until
+// the tail is longer than maxRoCEPacket sends them as 60 + 4: two skbs
+// instead of three. It also returns the run's new sum.
 func (t *txState) leaveTail(bufs [][]byte, offset, i, j, valid, sum, maxPayload int) (int, int) {
 	seg := len(bufs[i][offset:]) - t.hdr
 	g := bufs[j][offset:]
@@ -337,8 +338,10 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 			if !e.is6 && !fixed && j-i >= 2 && j < valid && sum > maxRoCEPacket {
 				j, sum = t.leaveTail(bufs, offset, i, j, valid, sum, maxPayload)
 			}
-			if j-i < 2 || (!e.is6 && !fixed && sum <= maxRoCEPacket) {
-				j = i + 1
+			if !fixed && j-i >= 2 && sum <= maxRoCEPacket {
+				// A short run goes only in a shape its receiver can
+				// tell from one packet (vnet: short runs).
+				j = i + vnet.ShortRunLen(j-i, len(bufs[j-1]) < len(bufs[i]))
 			}
 		}
 		m := &t.msgs[nmsg]

@@ -20,8 +20,14 @@
 // the virtio_net_hdr's hdr_len and csum_start): one implementation of the
 // run rules, the header and the ICRC patch.
 //
-// This package imports the standard library and goroce's bth (which
-// opcodes have one length). It is internal to hca/link: the tun and
-// afpacket links use all of it, the udp link the ICRC correction and
-// FixedSegment.
+// Short runs (short.go) are the rules both ends keep for a super-packet
+// no longer than one RoCE packet, which a receiver that sees it whole
+// without a gso_size (the udp link's raw IPv4 socket, an AF_XDP socket)
+// must tell from one packet: the senders build them only in shapes that
+// tell their segment size, and those receivers find it.
+//
+// This package imports the standard library, goroce's bth (which opcodes
+// have one length) and wire (the ICRC that confirms a short run's segment
+// size). It is internal to hca/link: the tun and afpacket links use all of
+// it, the udp link the ICRC correction and the short-run rules.
 package vnet

@@ -122,13 +122,12 @@ func (r *Runs) sameRun(first, prev, g []byte, hl, segs int) bool {
 // taken from offset) and, if frames[i:j] is a super-packet, its IP+UDP
 // header length hl; hl is 0 and j is i+1 for a frame sent alone.
 //
-// An IPv4 run whose UDP payload fits one RoCE packet is sent frame by
-// frame: a receiver that sees the super-packet unsegmented (a raw IPv4
-// socket: the udp link) could only tell it from one packet by its length.
-// (IPv6 has no raw-socket receiver; a UDP socket gets segments.) Unless
-// the run starts with a packet without payload (an ACK), whose opcode has
-// one length only: that tells the segment size (e.g. an ACK and the 2-byte
-// SEND after it, 20 bytes each).
+// A run whose UDP payload fits one RoCE packet goes whole only in a shape
+// a receiver that sees it unsegmented (the udp link's raw IPv4 socket, an
+// AF_XDP socket) can tell from one packet (short.go): led by a packet
+// without payload (an ACK), whose opcode has one length only (e.g. an ACK
+// and the 2-byte SEND after it, 20 bytes each), or 2, 4, ... 64 packets of
+// one length; the rest of it goes in the next calls.
 func (r *Runs) Next(frames [][]byte, offset, i int) (j, hl int) {
 	f := frames[i][offset:]
 	hl = r.HeaderLen(f)
@@ -136,11 +135,14 @@ func (r *Runs) Next(frames [][]byte, offset, i int) (j, hl int) {
 		return i + 1, 0
 	}
 	j = r.extent(frames, offset, i, hl)
-	short := hl == ipv4Len+udpLen && FixedSegment(f[r.L2+hl:]) != len(f)-r.L2-hl
-	if short && j-i >= 2 && j < len(frames) {
+	fixed := FixedSegment(f[r.L2+hl:]) == len(f)-r.L2-hl
+	if !fixed && hl == ipv4Len+udpLen && j-i >= 2 && j < len(frames) {
 		j = r.leaveTail(frames, offset, i, j, hl)
 	}
-	if j == i+1 || short && r.payload(frames[i:j], offset, hl) <= MaxRoCEPacket {
+	if !fixed && j-i >= 2 && r.payload(frames[i:j], offset, hl) <= MaxRoCEPacket {
+		j = i + ShortRunLen(j-i, len(frames[j-1]) < len(frames[i]))
+	}
+	if j == i+1 {
 		return i + 1, 0
 	}
 	return j, hl
@@ -164,11 +166,12 @@ func (r *Runs) extent(frames [][]byte, offset, i, hl int) int {
 
 // leaveTail returns where the IPv4 run frames[i:j], cut at the segment or
 // size cap, should end so that the rest of its flow is not sent frame by
-// frame: an IPv4 run no longer than MaxRoCEPacket goes unaggregated (see
-// Next), so the 64 packets of a 64 KiB SEND at IB MTU 1024 went as 62 + 1
-// + 1. Full segments move from this run's end to the tail until the tail
-// can be a super-packet too: 60 + 4. (The udp link's send path does the
-// same for its GSO datagrams.)
+// frame: an IPv4 run no longer than MaxRoCEPacket goes whole only in the
+// shapes of short runs (see Next), so the 64 packets of a 65000-byte SEND
+// at IB MTU 1024 (the last one shorter) went as 62 + 1 + 1. Full segments
+// move from this run's end to the tail until the tail can be a
+// super-packet too: 60 + 4. (The udp link's send path does the same for
+// its GSO datagrams.)
 func (r *Runs) leaveTail(frames [][]byte, offset, i, j, hl int) int {
 	f := frames[i][offset:]
 	seg := len(f) - r.L2 - hl

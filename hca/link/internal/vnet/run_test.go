@@ -141,29 +141,39 @@ func testRunsRoundTrip(t *testing.T, l2 int, v6, seq bool) {
 	}
 }
 
-// TestRunsShortIPv4Run: an IPv4 run whose payload fits one RoCE packet is
-// sent frame by frame (a raw IPv4 socket would take it for one packet);
-// an IPv6 one, and longer IPv4 ones, are super-packets.
-func TestRunsShortIPv4Run(t *testing.T) {
+// TestRunsShortRun: a run whose payload fits one RoCE packet goes whole
+// only as a power of two of packets of one length (short.go), IPv4 and
+// IPv6 alike (an AF_XDP receiver sees both whole); longer runs are
+// super-packets as they come.
+func TestRunsShortRun(t *testing.T) {
 	for _, tc := range []struct {
-		v6   bool
-		size int
-		want int
+		v6        bool
+		size, n   int
+		lastShort bool
+		want      int
 	}{
-		{false, 256, 1}, {false, 2048, 3}, {true, 256, 3},
+		{false, 256, 3, false, 2}, {true, 256, 3, false, 2}, {false, 256, 4, false, 4},
+		{false, 256, 4, true, 2}, {true, 256, 2, true, 1}, {false, 2048, 3, false, 3},
+		{true, 2048, 3, true, 3}, {false, 2048, 2, false, 2},
 	} {
-		frames := make([][]byte, 3)
+		frames := make([][]byte, tc.n)
 		for i := range frames {
-			frames[i] = withEth(roce(t, tc.v6, 0, bth.PSN(i), tc.size))
+			size := tc.size
+			if tc.lastShort && i == tc.n-1 {
+				size /= 2
+			}
+			frames[i] = withEth(roce(t, tc.v6, 0, bth.PSN(i), size))
 		}
 		r := Runs{L2: 14, USO4: true, USO6: true}
 		if j, _ := r.Next(frames, 0, 0); j != tc.want {
-			t.Errorf("v6 %v size %d: run of %d, want %d", tc.v6, tc.size, j, tc.want)
+			t.Errorf("v6 %v, %d x %d (last shorter %v): run of %d, want %d", tc.v6, tc.n, tc.size, tc.lastShort, j, tc.want)
 		}
 	}
-	// Led by an ACK (20 bytes, its only length) a short IPv4 run is one
-	// super-packet: the receiver knows the segment size from the opcode.
-	// Led by the 2-byte SEND (as long, but it could be longer) it is not.
+	// Led by an ACK (20 bytes, its only length) a short run takes any
+	// packets of that length: the receiver knows the segment size from the
+	// opcode. Led by the 2-byte SEND (as long, but it could be longer) it
+	// is a power of two of one length, which the receiver confirms by the
+	// first segment's ICRC.
 	ack := withEth(roceOp(t, bth.OpRCAcknowledge, false, 0, 5, 4))
 	send := withEth(roce(t, false, 0, 6, 2))
 	if len(ack) != len(send) {
@@ -177,7 +187,8 @@ func TestRunsShortIPv4Run(t *testing.T) {
 	}{
 		{"ACK, SEND, SEND", [][]byte{ack, send, send}, 3},
 		{"ACK, ACK", [][]byte{ack, ack}, 2},
-		{"SEND, ACK", [][]byte{send, ack}, 1},
+		{"SEND, ACK", [][]byte{send, ack}, 2},
+		{"SEND, ACK, ACK", [][]byte{send, ack, ack}, 2},
 	} {
 		if j, hl := r.Next(tc.frames, 0, 0); j != tc.want || (j > 1) != (hl > 0) {
 			t.Errorf("%s: run of %d (header %d), want %d", tc.name, j, hl, tc.want)
