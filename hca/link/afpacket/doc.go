@@ -151,7 +151,13 @@
 //     chunk; Read takes those from its RX ring (one copy out, the chunk
 //     straight back to the fill ring) before it looks at the packet
 //     socket's ring, which still receives what the program passes: a
-//     peer's UDP GSO super-frame, a frame from another receive queue.
+//     peer's UDP GSO super-frame longer than a chunk, a frame from another
+//     receive queue. A super-frame that fits a chunk (a short run: an ACK
+//     and the answer it travels with, a power of two of small packets,
+//     hca/link/internal/vnet's short runs) is redirected whole, and
+//     without the gso_size the packet socket would be told: Read finds
+//     its segment size from its shape (vnet.ShortRunSegment) and splits it
+//     like the packet socket's.
 //     Frames on one path keep their order; between the two there is no
 //     order, so against a peer that sends super-frames (goroce's udp link,
 //     its afpacket link without XDP) a small frame may overtake a run,

@@ -205,6 +205,11 @@ func (e *Endpoint) readOnce(bufs [][]byte, sizes []int, offset int, wait bool) (
 			ringEmpty := n == 0 && r.ring.mem != nil && !r.ring.ready()
 			e.w.Exit()
 			if n > 0 {
+				if m := r.splitXDP(bufs[:n], sizes, offset); m < n {
+					if n = m + r.deliverPending(bufs[m:k], sizes[m:], offset); n == 0 {
+						continue // every segment dropped; the rest is pending
+					}
+				}
 				raceAcquire()
 				e.st.rxFrames.Add(uint64(n))
 				return n, nil
@@ -213,16 +218,9 @@ func (e *Endpoint) readOnce(bufs [][]byte, sizes []int, offset int, wait bool) (
 				return 0, nil // not through the ring's RawConn
 			}
 		}
-		if r.over == nil {
-			// Address space only until a GSO frame is received: large
-			// allocations come zeroed from the OS and are not touched
-			// here. Not before the first look at the packet socket: an
-			// XDP endpoint may never need them.
-			r.over = make([][]byte, e.cfg.BatchSize)
-			for i := range r.over {
-				r.over[i] = make([]byte, maxFrame)
-			}
-		}
+		// Not before the first look at the packet socket: an XDP endpoint
+		// may never need them.
+		r.allocOver()
 		if r.ring.mem != nil {
 			n, again, err := r.ringRead(bufs[:k], sizes, offset, wait)
 			if err != nil {
@@ -346,6 +344,66 @@ func (r *rxState) deliver(bufs [][]byte, sizes []int, offset int) int {
 		}
 		sizes[n] = fl
 		n++
+	}
+	return n
+}
+
+// allocOver allocates the overflow buffers, once. They are address space
+// only until a GSO frame is received: large allocations come zeroed from
+// the OS and are not touched here.
+func (r *rxState) allocOver() {
+	if r.over != nil {
+		return
+	}
+	r.over = make([][]byte, r.e.cfg.BatchSize)
+	for i := range r.over {
+		r.over[i] = make([]byte, maxFrame)
+	}
+}
+
+// xdpRuns recognises the headers of a RoCEv2 super-frame (IPv4 or IPv6,
+// untagged Ethernet, what the XDP program redirects).
+var xdpRuns = vnet.Runs{L2: ethHdr, USO4: true, USO6: true}
+
+// shortRunSegment returns the segment size of frame f when f is a short
+// super-frame (vnet: short runs), else 0.
+func shortRunSegment(f []byte) int {
+	hl := xdpRuns.HeaderLen(f)
+	if hl == 0 {
+		return 0
+	}
+	return vnet.ShortRunSegment(f, ethHdr, hl)
+}
+
+// splitXDP finds the super-frames among frames bufs[:n] from the AF_XDP
+// socket: a peer's UDP GSO run that fits a UMEM chunk, which generic XDP
+// hands the program linearized and without its gso_size (vnet: short
+// runs). It moves the frames from the first of them on to the pending
+// queue, each super-frame with the segment size vnet.ShortRunSegment finds
+// (as stash does for the packet socket's), for deliverPending to split,
+// and returns how many frames of bufs[:n] stay where they are.
+func (r *rxState) splitXDP(bufs [][]byte, sizes []int, offset int) int {
+	n := len(bufs)
+	for i := range n {
+		g := shortRunSegment(bufs[i][offset : offset+sizes[i]])
+		if g == 0 {
+			continue
+		}
+		r.allocOver()
+		for j := i; j < n; j++ {
+			f := bufs[j][offset : offset+sizes[j]]
+			if j > i {
+				g = shortRunSegment(f)
+			}
+			h := vnet.Hdr{}
+			if g > 0 {
+				h.GSOType, h.GSOSize = vnet.GSOUDPL4, uint16(g)
+			}
+			h.Encode(r.vnet[j*vnetHdrLen:])
+			r.flen[j] = copy(r.over[j], f)
+		}
+		r.pend, r.got, r.seg = i, n, 0
+		return i
 	}
 	return n
 }

@@ -125,6 +125,58 @@ func TestXDPFromGSOPeer(t *testing.T) {
 	}
 }
 
+// TestXDPShortRunFromGSOPeer: a peer without XDP sends short runs as UDP
+// GSO super-frames (an ACK-led pair, 4 equal packets, 3 of which go as 2 +
+// 1): each fits a UMEM chunk, so generic XDP redirects it whole to the
+// AF_XDP socket, without its gso_size, and Read must split it by the shape
+// of short runs (vnet). Before, an ACK and the answer it travels with were
+// read as one malformed packet: every round trip of a udp-link peer's
+// send_lat waited for a retransmission.
+func TestXDPShortRunFromGSOPeer(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	a, b := openXDP(t, netcfg.TwoHostsOptions{}, Config{}, Config{XDP: true})
+	ack, err := linktest.ACK(a, b, 0x12, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send, err := linktest.Frame(a, b, 100, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name   string
+		frames [][]byte
+		supers uint64 // GSO super-frames the sender makes, the receiver splits
+	}{
+		{"ACK and 2-byte SEND", [][]byte{ack, send}, 1},
+		{"4 x 100 bytes", batch(t, a, b, 4, 100), 1},
+		{"3 x 100 bytes", batch(t, a, b, 3, 100), 1},
+		{"64 x 2 bytes", batch(t, a, b, 64, 2), 1},
+	} {
+		sa, sb := a.Stats(), b.Stats()
+		if n, err := a.Write(tc.frames, 0); err != nil || n != len(tc.frames) {
+			t.Fatalf("%s: Write = %d, %v", tc.name, n, err)
+		}
+		if d := a.Stats().TxGSO - sa.TxGSO; d != tc.supers {
+			if d == 0 && i == 0 {
+				t.Skip("the sender's kernel took no GSO super-packet from a packet socket")
+			}
+			t.Fatalf("%s: %d super-frames sent, want %d", tc.name, d, tc.supers)
+		}
+		got := readN(t, b, len(tc.frames))
+		for i := range tc.frames {
+			if !linktest.Equivalent(got[i], tc.frames[i], link.FormatEthernet) {
+				t.Fatalf("%s: frame %d differs", tc.name, i)
+			}
+		}
+		st := b.Stats()
+		if st.RxGSO-sb.RxGSO != tc.supers || st.XDPRxFrames == sb.XDPRxFrames || st.RxMalformed != sb.RxMalformed {
+			t.Fatalf("%s: receiver split %d super-frames (want %d), %d frames from the AF_XDP socket, %d malformed",
+				tc.name, st.RxGSO-sb.RxGSO, tc.supers, st.XDPRxFrames-sb.XDPRxFrames, st.RxMalformed-sb.RxMalformed)
+		}
+	}
+}
+
 // TestXDPErrors: an MTU over what a chunk holds is refused by name, and
 // so is a second XDP endpoint on an interface that has one.
 func TestXDPErrors(t *testing.T) {

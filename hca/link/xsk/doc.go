@@ -18,7 +18,9 @@
 //     queue the socket is not bound to, passes to the kernel stack as if
 //     no program were there (bpf_redirect_map's XDP_PASS fallback), so a
 //     packet socket beside it still sees what the socket cannot take (a
-//     UDP GSO super-frame a veth passes whole, a frame of another queue).
+//     UDP GSO super-frame a veth passes whole and no chunk holds, a frame
+//     of another queue). A super-frame that fits a chunk is redirected
+//     like any frame: the afpacket link splits it.
 //   - The program is attached through a BPF link (BPF_LINK_CREATE, Linux
 //     5.9+), in generic (skb) mode by default or in the driver's mode
 //     (Config.Native); the attachment goes away when the socket is closed
