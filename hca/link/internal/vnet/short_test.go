@@ -138,6 +138,11 @@ func TestEqualRunSegment(t *testing.T) {
 	if g := EqualRunSegment(f, 0, 28); g != 0 {
 		t.Errorf("planted BTH: EqualRunSegment = %d, want 0", g)
 	}
+	// The receive path's check allocates nothing.
+	run := shortRun(t, false, 14, 8, 2)
+	if a := testing.AllocsPerRun(100, func() { ShortRunSegment(run, 14, 28) }); a != 0 {
+		t.Errorf("ShortRunSegment: %v allocations per call", a)
+	}
 	// A fixed-length leader wins: an ACK and a SEND of its length.
 	ack := roceOp(t, bth.OpRCAcknowledge, false, 5, 5, 4)
 	send := roce(t, false, 6, 6, 2)
@@ -195,4 +200,40 @@ func TestShortRunsRoundTrip(t *testing.T) {
 	if checked < 100 {
 		t.Fatalf("only %d short runs went whole", checked)
 	}
+}
+
+// FuzzShortRunSegment: any UDP payload under IPv4 or IPv6 headers that
+// describe it: no panic, the frame left as it was, and a segment size
+// only where one fits (at least a BTH and an ICRC, at most 2*MaxRunSegments
+// segments, dividing the payload unless a fixed-length packet leads).
+func FuzzShortRunSegment(f *testing.F) {
+	f.Add(superOf([][]byte{roce(f, false, 1, 1, 2), roce(f, false, 2, 2, 2)})[28:], false)
+	f.Add(superOf([][]byte{roce(f, true, 0, 1, 100), roce(f, true, 0, 2, 100), roce(f, true, 0, 3, 100), roce(f, true, 0, 4, 100)})[48:], true)
+	f.Add(superOf([][]byte{roceOp(f, bth.OpRCAcknowledge, false, 0, 5, 4), roce(f, false, 0, 6, 2)})[28:], false)
+	f.Add(make([]byte, 64), false)
+	f.Fuzz(func(t *testing.T, p []byte, v6 bool) {
+		if len(p) > MaxRoCEPacket {
+			return
+		}
+		head := roce(t, v6, 9, 9, 0)
+		hl := 28
+		if v6 {
+			hl = 48
+		}
+		fr := superOf([][]byte{append(head[:hl:hl], p...)})
+		was := bytes.Clone(fr)
+		g := ShortRunSegment(fr, 0, hl)
+		if !bytes.Equal(fr, was) {
+			t.Fatal("the frame was changed")
+		}
+		if g == 0 {
+			return
+		}
+		if g < bth.HeaderLen+4 || g >= len(p) || (len(p)+g-1)/g > 2*MaxRunSegments {
+			t.Fatalf("segment size %d for %d bytes", g, len(p))
+		}
+		if FixedRunSegment(p) == 0 && len(p)%g != 0 {
+			t.Fatalf("segment size %d does not divide %d bytes", g, len(p))
+		}
+	})
 }
