@@ -546,16 +546,7 @@ func (r *rxState) findSegmentBy(d []byte, sameFlow bool) int {
 		if tries++; tries > maxSplitTries {
 			return false, true
 		}
-		// Make d look like segment 0 for the ICRC, then restore it.
-		tot, ul := binary.BigEndian.Uint16(d[2:]), binary.BigEndian.Uint16(d[24:])
-		binary.BigEndian.PutUint16(d[2:], uint16(h+g))
-		binary.BigEndian.PutUint16(d[24:], uint16(udpHdr+g))
-		r.pkt = wire.Packet{Frame: d, Kind: wire.KindRoCEv2IPv4, IPOff: 0, UDPOff: ipv4Hdr,
-			BTHOff: h, ICRCOff: h + g - 4, LRHOff: -1, GRHOff: -1, EthOff: -1, VCRCOff: -1}
-		ok = wire.ICRC(d, &r.pkt) == binary.LittleEndian.Uint32(d[h+g-4:])
-		binary.BigEndian.PutUint16(d[2:], tot)
-		binary.BigEndian.PutUint16(d[24:], ul)
-		return ok, false
+		return vnet.FirstSegmentVerifies(d, 0, h, g), false
 	}
 	// Segments of a multi-packet message carry exactly one path MTU of
 	// payload (FIRST/MIDDLE, no pad): try those sizes before scanning.

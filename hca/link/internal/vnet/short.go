@@ -84,7 +84,7 @@ func EqualRunSegment(f []byte, l2, hl int) int {
 		if g < bth.HeaderLen+4 || g%4 != 0 || g*k != len(p) || !bthsAt(p, g) {
 			continue
 		}
-		if icrcOfFirst(f, l2, hl, g) {
+		if FirstSegmentVerifies(f, l2, hl, g) {
 			return g
 		}
 	}
@@ -103,9 +103,15 @@ func bthsAt(p []byte, g int) bool {
 	return true
 }
 
-// icrcOfFirst reports whether the first g bytes of f's UDP payload are a
-// packet whose ICRC verifies with its own IP and UDP lengths.
-func icrcOfFirst(f []byte, l2, hl, g int) bool {
+// FirstSegmentVerifies reports whether the first g bytes of the UDP
+// payload of super-packet f (l2 bytes of link header, then an IPv4 packet
+// with a 20-byte header or an IPv6 one, hl bytes of IP and UDP headers)
+// are a packet whose ICRC verifies under the headers it would carry alone:
+// f's lengths as for g bytes of payload, and, for IPv4, f's own ID, which
+// segmentation gives segment 0. It rewrites f's length fields for the
+// check and restores them: f must be writable, and nobody else may read it
+// meanwhile.
+func FirstSegmentVerifies(f []byte, l2, hl, g int) bool {
 	ip := f[l2:]
 	kind, lenOff, ipLen := wire.KindRoCEv2IPv4, 2, hl+g // IPv4 total length
 	if ip[0]>>4 == 6 {
