@@ -3,6 +3,7 @@ package hca
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/goroce/goroce/hca/link"
@@ -55,6 +56,9 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	if err := d.ahs.add(ah, d.attr.MaxAH); err != nil {
 		pd.unref()
 		return nil, err
+	}
+	if a.Kind == wire.KindRoCEv2IPv4 || a.Kind == wire.KindRoCEv2IPv6 {
+		d.prepare(a.DstIP)
 	}
 	return ah, nil
 }
@@ -180,4 +184,13 @@ func (d *Device) pathAddr(attr *AHAttr) (wire.Addr, error) {
 		}
 	}
 	return a, nil
+}
+
+// prepare tells a link.Preparer link about RoCEv2 destination dst (an AH's
+// or a connected QP's path) before its first frame; nothing for an invalid
+// dst or another link.
+func (d *Device) prepare(dst netip.Addr) {
+	if p, ok := d.ep.(link.Preparer); ok && dst.IsValid() {
+		p.Prepare(netip.AddrPortFrom(dst, wire.RoCEv2Port))
+	}
 }

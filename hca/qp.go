@@ -2,6 +2,7 @@ package hca
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -282,11 +283,14 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if q.destroyed.Load() {
 		return ErrDestroyed
 	}
-	sending, err := q.modify(attr, mask)
+	sending, dst, err := q.modify(attr, mask)
 	if err != nil {
 		return err
 	}
 	q.dev.setSender(q, sending)
+	// Outside q.mu too: the link may take milliseconds (a socket and a
+	// probe) to be ready for the new destination.
+	q.dev.prepare(dst)
 	// Outside q.mu: kick may pump, and the runtime takes its lock before
 	// QP locks.
 	q.dev.rt.kick(q, q.dev.now())
@@ -359,24 +363,25 @@ func senderShare(n int) uint32 {
 }
 
 // modify applies a modification under q.mu and reports whether q is now a
-// sender (see Device.setSender): an RC QP in RTS or SQD.
-func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, err error) {
+// sender (see Device.setSender): an RC QP in RTS or SQD, and the RoCEv2
+// destination of a path it set (for Device.prepare; invalid otherwise).
+func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, dst netip.Addr, err error) {
 	d := q.dev
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	cur := q.eng.State()
 	to, err := checkTransition(q.typ, cur, &attr.Attr, mask)
 	if err != nil {
-		return false, err
+		return false, dst, err
 	}
 	if err := q.checkValues(attr, mask); err != nil {
-		return false, err
+		return false, dst, err
 	}
 	var path wire.Addr
 	if mask&transport.AttrAV != 0 && q.typ != UD {
 		path, err = d.pathAddr(&attr.AH)
 		if err != nil {
-			return false, err
+			return false, dst, err
 		}
 	}
 	ta := attr.Attr
@@ -390,12 +395,15 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, err error) {
 		m |= transport.AttrPathMTU
 	}
 	if err := q.eng.Modify(d.now(), &ta, m); err != nil {
-		return false, fmt.Errorf("hca: QP 0x%06x modify: %w", uint32(q.qpn), err)
+		return false, dst, fmt.Errorf("hca: QP 0x%06x modify: %w", uint32(q.qpn), err)
 	}
 	q.mergeAttr(attr, mask)
 	if mask&transport.AttrAV != 0 && q.typ != UD {
 		q.path = path
 		q.pathOK = true
+		if path.Kind == wire.KindRoCEv2IPv4 || path.Kind == wire.KindRoCEv2IPv6 {
+			dst = path.DstIP
+		}
 	}
 	if q.pathOK && d.sport == 0 && q.attr.DestQPN != 0 {
 		q.path.SrcPort = wire.UDPSourcePort(q.qpn, q.attr.DestQPN)
@@ -407,7 +415,7 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, err error) {
 		q.pathOK = false
 	}
 	q.checkDrained() // an empty send queue is drained at once
-	return q.typ == RC && (to == StateRTS || to == StateSQD), nil
+	return q.typ == RC && (to == StateRTS || to == StateSQD), dst, nil
 }
 
 // checkDrained raises SQ_DRAINED when the engine reports the send queue

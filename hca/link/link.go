@@ -129,6 +129,20 @@ type SourcePorter interface {
 	SourcePort() uint16
 }
 
+// Preparer is implemented by links that keep per-destination state for
+// sending and can set it up before the first frame to a destination (the
+// udp link's connected socket, with its IP ID probe). The HCA calls Prepare
+// when a connected QP gets its path and when an AH is created, outside the
+// data path; without it the first frame pays for the setup, which in the
+// TCG guest of bench-vs-rxe is 5-35 ms on each side of a new connection's
+// first round trip, enough to outlast perftest's 67 ms ACK timeout together
+// with the rest of a fresh process's first packets. Prepare is best
+// effort: a destination it could not prepare is set up (or sent to
+// without that state) at its first frame, as without it.
+type Preparer interface {
+	Prepare(dst netip.AddrPort)
+}
+
 // Reader is the receive half of an Endpoint (see Endpoint.Read).
 type Reader interface {
 	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)

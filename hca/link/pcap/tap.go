@@ -342,6 +342,14 @@ func (t *Tap) Addrs() []netip.Addr { return t.inner.Addrs() }
 // HardwareAddr implements link.Endpoint.
 func (t *Tap) HardwareAddr() net.HardwareAddr { return t.inner.HardwareAddr() }
 
+// Prepare forwards link.Preparer to the inner endpoint, so that a tapped
+// udp link still opens its connected sockets ahead of the first frame.
+func (t *Tap) Prepare(dst netip.AddrPort) {
+	if p, ok := t.inner.(link.Preparer); ok {
+		p.Prepare(dst)
+	}
+}
+
 // SourcePort forwards link.SourcePorter of the inner endpoint, so an HCA
 // on a tapped kernel-socket link still builds its headers (and ICRC) with
 // the source port the kernel will write. It returns 0, meaning "no fixed

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"syscall"
 	"time"
 	"unsafe"
@@ -101,13 +103,65 @@ func (t *txState) connFor(f []byte) int {
 		// the unconnected socket, whose options they would need.
 		return -1
 	}
-	c := t.e.newConn(dst, dport)
+	c := t.e.takeSpare(dst, dport)
+	if c == nil {
+		c = t.e.newConn(dst, dport)
+	}
 	c.build = c.next // write reset the others' before it came here
 	t.conns = append(t.conns, c)
 	if c.dead {
 		return -1
 	}
 	return len(t.conns) - 1
+}
+
+// connDst is a connected socket's destination.
+type connDst struct {
+	addr [4]byte
+	port uint16
+}
+
+// Prepare implements link.Preparer: it opens the connected socket a
+// transmit state would open at its first frame to dst (IPv4, when the
+// endpoint sends from connected sockets), probe included, and keeps it for
+// the first transmit state that sends there (takeSpare). Each destination
+// is prepared once, and at most maxConns of them.
+func (e *Endpoint) Prepare(dst netip.AddrPort) {
+	a := dst.Addr().Unmap()
+	if e.is6 || e.cfg.NoConnect || !a.Is4() {
+		return
+	}
+	d := connDst{a.As4(), dst.Port()}
+	if d.addr[0] >= 224 || d.addr[0] == 0 {
+		return // sent unconnected (connFor)
+	}
+	e.qmu.Lock()
+	if e.closed.Load() || slices.Contains(e.prepared, d) || len(e.prepared) >= maxConns {
+		e.qmu.Unlock()
+		return
+	}
+	e.prepared = append(e.prepared, d)
+	e.qmu.Unlock()
+	c := e.newConn(d.addr, d.port)
+	if c.dead {
+		return // ConnErr says why; the first frame tries again
+	}
+	e.qmu.Lock()
+	e.spare = append(e.spare, c)
+	e.qmu.Unlock()
+}
+
+// takeSpare hands over the socket Prepare opened to dst:dport, or nil.
+func (e *Endpoint) takeSpare(dst [4]byte, dport uint16) *conn {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	for i, c := range e.spare {
+		if c.dst == dst && c.dport == dport {
+			e.spare = slices.Delete(e.spare, i, i+1)
+			return c
+		}
+	}
+	return nil
 }
 
 // newConn opens a connected socket to dst:dport. On failure the conn is

@@ -55,6 +55,47 @@ func TestConnectedSends(t *testing.T) {
 	}
 }
 
+// TestConnectedPrepare checks that Prepare opens the connected socket to a
+// destination before any frame goes there (once, however often it is
+// called), that the first Write to it takes that socket instead of opening
+// another, and that the IDs the probe learned at Prepare still hold: the
+// receiver verifies every ICRC. Destinations the endpoint sends
+// unconnected (multicast) and IPv6 ones are not prepared.
+func TestConnectedPrepare(t *testing.T) {
+	ns := newNetNS(t)
+	a, b := openPair(t, ns, "127.0.0.1", "127.0.0.2", nil)
+	defer a.Close()
+	defer b.Close()
+	dst := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), wire.RoCEv2Port)
+	a.Prepare(netip.AddrPortFrom(netip.MustParseAddr("239.1.1.1"), wire.RoCEv2Port))
+	a.Prepare(netip.AddrPortFrom(netip.MustParseAddr("::1"), wire.RoCEv2Port))
+	if st := a.Stats(); st.ConnsOpened != 0 {
+		t.Fatalf("stats %+v: a multicast or IPv6 destination was prepared", st)
+	}
+	a.Prepare(dst)
+	a.Prepare(dst)
+	if st := a.Stats(); st.ConnsOpened != 1 || st.TxConnected != 0 {
+		t.Fatalf("stats %+v (ConnErr %v): want one connected socket opened by Prepare, no frame sent", st, a.ConnErr())
+	}
+	psn := 0
+	for round := range 3 {
+		n := 1 + round*5
+		if w, err := a.Write(mustFrames(t, a, b, psn, n, 300), 0); w != n || err != nil {
+			t.Fatalf("round %d: Write = %d, %v", round, w, err)
+		}
+		readFrames(t, b, n, nil)
+		psn += n
+	}
+	if st := a.Stats(); st.ConnsOpened != 1 || st.TxConnected != uint64(psn) || st.ConnFallbacks != 0 {
+		t.Fatalf("stats %+v (ConnErr %v): want %d frames through the prepared socket", st, a.ConnErr(), psn)
+	}
+	a.Close()
+	a.Prepare(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), wire.RoCEv2Port))
+	if st := a.Stats(); st.ConnsOpened != 1 {
+		t.Fatalf("stats %+v: Prepare after Close opened a socket", st)
+	}
+}
+
 // TestConnectedExclusive checks that the connected sockets, bound beside
 // the holder, leave the address and port as exclusive as before: another
 // endpoint on them still fails to open.

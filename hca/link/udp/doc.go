@@ -7,6 +7,8 @@
 // IP_PMTUDISC_DO / IPV6_PMTUDISC_DO, and over IPv4 a socket connected to
 // each destination (up to 8 per transmit queue, conn.go), bound beside it,
 // whose sends use a cached route instead of a route lookup per datagram.
+// It is opened when the HCA names the destination (link.Preparer: a
+// connected QP's path at RTR, an AH), or else at the first frame to it.
 // The kernel writes the IP and UDP headers, and the ICRC covers the IPv4
 // ID, DF, lengths, addresses and the UDP source port, so Write accepts only
 // frames the kernel will reproduce byte for byte in the covered fields but

@@ -160,11 +160,16 @@ type Endpoint struct {
 	qmu     sync.Mutex
 	queues  []*os.File // duplicates of udp behind NewTxQueue writers, SplitRx's raw sockets, connected sockets
 	connFDs []int      // the connected sockets' descriptors (bindBeside)
-	connErr error      // why the first connected socket that failed to open did
-	split   bool       // SplitRx was called
-	netns   *os.File   // the network namespace Open ran in
-	rings   []*rxRing  // SplitRx's rings, unmapped once the files are closed
-	rx      rxState    // owned by the single reader
+	// spare holds connected sockets Prepare opened that no transmit
+	// state has taken yet; prepared lists every destination Prepare
+	// was asked for, so that each is prepared once.
+	spare    []*conn
+	prepared []connDst
+	connErr  error     // why the first connected socket that failed to open did
+	split    bool      // SplitRx was called
+	netns    *os.File  // the network namespace Open ran in
+	rings    []*rxRing // SplitRx's rings, unmapped once the files are closed
+	rx       rxState   // owned by the single reader
 }
 
 var (
@@ -439,7 +444,7 @@ func (e *Endpoint) closeFiles() {
 	for _, g := range e.rings {
 		g.unmap()
 	}
-	e.queues, e.connFDs, e.rings = nil, nil, nil
+	e.queues, e.connFDs, e.rings, e.spare = nil, nil, nil, nil
 	e.qmu.Unlock()
 	if e.udp != nil {
 		e.udp.Close()
