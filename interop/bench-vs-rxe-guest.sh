@@ -4,7 +4,9 @@
 # changing it never forces an image rebuild under the matrix VM.
 #
 #   bench-vs-rxe-guest.sh setup MTU        both paths at link MTU MTU (1500 -> IB MTU 1024,
-#                                          9000 -> 4096); idempotent, changes the MTU in place
+#                                          9000 -> 4096); idempotent, changes the MTU in place;
+#                                          installs $BVR_GOROCE (/mnt/host/goroce) as
+#                                          /usr/local/bin/goroce-bvr, which "run" uses
 #   bench-vs-rxe-guest.sh run STACK MODE FLAGS...
 #                                          one server+client run, sequentially:
 #                                          STACK rxe:    ib_MODE -d rxev2 (server), -d rxev1 10.99.0.2
@@ -24,7 +26,12 @@
 # (prefixed "server| ").  Exit status: 0 when both ends exited 0, else the first failure.
 set -u
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-GOROCE=${BVR_GOROCE:-/mnt/host/goroce}
+# goroce runs from the guest's own root file system, where perftest and rxe's
+# libraries are. From the 9p share (no page cache across opens) every process
+# read its code from the host page by page as it first ran it: ~20 major faults
+# inside a 500-message write_bw's timed phase, none from RAM. "setup" copies it.
+GOROCE_SRC=${BVR_GOROCE:-/mnt/host/goroce}
+GOROCE=/usr/local/bin/goroce-bvr
 PORT=18515
 TMO=${BVR_TIMEOUT:-90}   # hard cap per process: a forgotten perftest server busy-polls a vCPU
 
@@ -62,7 +69,9 @@ setup() {
   # Neighbours resolved before any timing.
   ping -q -c1 -W5 -I 10.99.0.1 10.99.0.2 >/dev/null 2>&1 || die "no ping over vp1->vp2"
   ip netns exec bvra ping -q -c1 -W5 10.98.0.2 >/dev/null 2>&1 || die "no ping over va->vb"
-  [ -x "$GOROCE" ] || die "$GOROCE missing"
+  [ -x "$GOROCE_SRC" ] || die "$GOROCE_SRC missing"
+  mkdir -p /usr/local/bin && cp "$GOROCE_SRC" "$GOROCE.new" && mv -f "$GOROCE.new" "$GOROCE" ||
+    die "cannot install $GOROCE_SRC as $GOROCE"
   g1=$(gid-index rxev1 10.99.0.1) && g2=$(gid-index rxev2 10.99.0.2) || die "no IPv4 GID on rxev1/rxev2"
   echo "setup: link MTU $mtu; rxev1 $(ibv_devinfo -d rxev1 | awk '/active_mtu/ {print $2}') gid $g1," \
     "rxev2 gid $g2; $(nproc) vCPU; $(uname -r)"
