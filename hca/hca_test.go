@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/memlink"
 	"github.com/goroce/goroce/transport"
 )
@@ -30,6 +31,13 @@ func pair(t testing.TB, cfg memlink.Config) (*hca.Device, *hca.Device) {
 // pairShards is pair with Options.Shards set on both devices.
 func pairShards(t testing.TB, cfg memlink.Config, shards int) (*hca.Device, *hca.Device) {
 	t.Helper()
+	return pairWrapped(t, cfg, shards, nil)
+}
+
+// pairWrapped is pairShards with the first device on wrapA(its endpoint)
+// when wrapA is not nil.
+func pairWrapped(t testing.TB, cfg memlink.Config, shards int, wrapA func(link.Endpoint) link.Endpoint) (*hca.Device, *hca.Device) {
+	t.Helper()
 	if cfg.AddrsA == nil {
 		cfg.AddrsA, cfg.AddrsB = []netip.Addr{addrA}, []netip.Addr{addrB}
 	}
@@ -37,7 +45,11 @@ func pairShards(t testing.TB, cfg memlink.Config, shards int) (*hca.Device, *hca
 	if err != nil {
 		t.Fatal(err)
 	}
-	da, err := hca.Open(a, hca.Options{Name: "ga", Shards: shards})
+	var ea link.Endpoint = a
+	if wrapA != nil {
+		ea = wrapA(a)
+	}
+	da, err := hca.Open(ea, hca.Options{Name: "ga", Shards: shards})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,20 +38,12 @@ func (p *preparing) prepared() []netip.AddrPort {
 // and when an AH is created, before any frame goes there, and not for a
 // modification without a path.
 func TestPrepareOnPathAndAH(t *testing.T) {
-	a, b, err := memlink.Pair(memlink.Config{AddrsA: []netip.Addr{addrA}, AddrsB: []netip.Addr{addrB}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pa := &preparing{Endpoint: a}
-	da, err := hca.Open(pa, hca.Options{Name: "ga"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := hca.Open(b, hca.Options{Name: "gb"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { da.Close(); db.Close() })
+	var pa *preparing
+	da, db := pairWrapped(t, memlink.Config{}, 0, func(e link.Endpoint) link.Endpoint {
+		pa = &preparing{Endpoint: e}
+		return pa
+	})
+	a := pa.Endpoint.(*memlink.Endpoint)
 	wantB := netip.AddrPortFrom(addrB, wire.RoCEv2Port)
 
 	ea := newEnd(t, da, hca.RC, 4096, allAccess)
