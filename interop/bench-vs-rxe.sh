@@ -9,7 +9,8 @@
 # touches the matrix VM (goroce-interop).  In the guest, sequentially, never concurrently:
 #   rxe:    ib_{write,send,read}_bw -s 65536 and ib_send_lat -s 2, rxev1 (vp1 10.99.0.1) ->
 #           rxev2 (vp2 10.99.0.2) over a veth pair in init_net;
-#   goroce: goroce bench MODE with the same flags, netns bvra 10.98.0.1 -> bvrb 10.98.0.2 over
+#   goroce: goroce bench MODE with the same flags (the share's goroce, installed in the guest's
+#           root file system as perftest is), netns bvra 10.98.0.1 -> bvrb 10.98.0.2 over
 #           a veth pair (goroce cannot share init_net's UDP 4791 with rxe, hence the netns);
 # both veth pairs at link MTU LINKMTU (1500 -> IB path MTU 1024, 9000 -> 4096; -m passed to
 # both tools).  Each measurement runs REPS times, rxe and goroce alternating; the table shows
@@ -55,7 +56,7 @@ while getopts "n:D:l:r:m:M:L:G:K:c:e:kwh" o; do
   case $o in
     n) BW_ITERS=$OPTARG ;; D) DUR=$OPTARG ;; l) LAT_ITERS=$OPTARG ;; r) REPS=$OPTARG ;;
     m) MTUS=$OPTARG ;; M) MODES=$OPTARG ;; L) GLINK=$OPTARG ;; G) GFLAGS=$OPTARG ;; K) KSUITE_OPT=$OPTARG ;; c) CLOCK=$OPTARG ;; e) ENVS+=(-e "$OPTARG") ;; k) KEEP=1 ;; w) WORKTREE=1 ;;
-    *) sed -n '2,35p' "$0"; exit 2 ;;
+    *) sed -n '2,40p' "$0"; exit 2 ;;
   esac
 done
 if [ -n "$KSUITE_OPT" ]; then   # lib.sh derives the kernel and initramfs paths from it
