@@ -157,7 +157,12 @@
 //     hca/link/internal/vnet's short runs) is redirected whole, and
 //     without the gso_size the packet socket would be told: Read finds
 //     its segment size from its shape (vnet.ShortRunSegment) and splits it
-//     like the packet socket's.
+//     like the packet socket's, from chunk-sized overflow buffers
+//     allocated at Open (the packet socket's 64 KiB ones are allocated
+//     when that socket is first read). A super-frame longer than the
+//     caller's buffer waits at the head of the RX ring and is taken into
+//     one of those; a single frame longer than the buffer is dropped and
+//     counted in RxTooLarge, as from the packet socket.
 //     Frames on one path keep their order; between the two there is no
 //     order, so against a peer that sends super-frames (goroce's udp link,
 //     its afpacket link without XDP) a small frame may overtake a run,

@@ -13,6 +13,7 @@ import (
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/internal/sockpoll"
 	"github.com/goroce/goroce/hca/link/internal/vnet"
+	"github.com/goroce/goroce/hca/link/xsk"
 )
 
 // Receive path, per Read:
@@ -52,7 +53,14 @@ type rxState struct {
 	msgs []unix.Mmsghdr
 	iovs []unix.Iovec // 3 per message
 	vnet []byte       // vnetHdrLen per message
-	over [][]byte     // per message overflow, maxFrame bytes; allocated by the first Read
+	// over holds the pending messages (below): big, per message overflow
+	// of maxFrame bytes for the packet socket's frames, allocated by the
+	// first Read that looks at that socket (allocOver); or, with XDP,
+	// chunks, xsk.MaxFrame bytes per message (allocated at Open) for the
+	// super-frames the AF_XDP socket takes whole, which must not wait for
+	// 4 MiB to be allocated and faulted in (a 2 ms stall inside a
+	// send_lat run from a udp-link peer).
+	over, big, chunks [][]byte
 
 	// Pending messages pend..got-1, moved whole into over[]; flen[j] is
 	// message j's frame length, seg the next segment of message pend.
@@ -89,6 +97,11 @@ func (r *rxState) init(e *Endpoint) {
 		// frame already in its RX ring ends them at once.
 		r.poll.Init(e.w, r.recv, x.Ready)
 		r.ringPoll.Init(e.w, r.ringRecv, func() bool { return x.Ready() || r.ring.ready() })
+		r.chunks = make([][]byte, n)
+		mem := make([]byte, n*xsk.MaxFrame)
+		for i := range r.chunks {
+			r.chunks[i] = mem[i*xsk.MaxFrame : (i+1)*xsk.MaxFrame : (i+1)*xsk.MaxFrame]
+		}
 		return
 	}
 	r.poll.Init(e.w, r.recv, nil)
@@ -202,10 +215,21 @@ func (e *Endpoint) readOnce(bufs [][]byte, sizes []int, offset int, wait bool) (
 				return 0, link.ErrClosed
 			}
 			n := x.Recv(bufs[:k], sizes, offset)
-			ringEmpty := n == 0 && r.ring.mem != nil && !r.ring.ready()
+			// A frame longer than the caller's next buffer (a peer's
+			// super-frame, or a frame too large) waits at the head of
+			// the ring: it goes to the overflow buffer n.
+			long := n < k && x.NextLen() > len(bufs[n])-offset && r.xdpLong(n)
+			ringEmpty := n == 0 && !long && r.ring.mem != nil && !r.ring.ready()
 			e.w.Exit()
-			if n > 0 {
-				if m := r.splitXDP(bufs[:n], sizes, offset); m < n {
+			if n > 0 || long {
+				m := r.splitXDP(bufs[:n], sizes, offset)
+				if long {
+					if m == n {
+						r.pend = n
+					}
+					r.got = n + 1
+				}
+				if m < n || long {
 					if n = m + r.deliverPending(bufs[m:k], sizes[m:], offset); n == 0 {
 						continue // every segment dropped; the rest is pending
 					}
@@ -348,17 +372,18 @@ func (r *rxState) deliver(bufs [][]byte, sizes []int, offset int) int {
 	return n
 }
 
-// allocOver allocates the overflow buffers, once. They are address space
-// only until a GSO frame is received: large allocations come zeroed from
-// the OS and are not touched here.
+// allocOver makes the packet socket's overflow buffers (big, allocated
+// once) the pending set, for the packet socket's frames. They are address
+// space only until a GSO frame is received: large allocations come zeroed
+// from the OS and are not touched here.
 func (r *rxState) allocOver() {
-	if r.over != nil {
-		return
+	if r.big == nil {
+		r.big = make([][]byte, r.e.cfg.BatchSize)
+		for i := range r.big {
+			r.big[i] = make([]byte, maxFrame)
+		}
 	}
-	r.over = make([][]byte, r.e.cfg.BatchSize)
-	for i := range r.over {
-		r.over[i] = make([]byte, maxFrame)
-	}
+	r.over = r.big
 }
 
 // xdpRuns recognises the headers of a RoCEv2 super-frame (IPv4 or IPv6,
@@ -389,7 +414,7 @@ func (r *rxState) splitXDP(bufs [][]byte, sizes []int, offset int) int {
 		if g == 0 {
 			continue
 		}
-		r.allocOver()
+		r.over = r.chunks
 		for j := i; j < n; j++ {
 			f := bufs[j][offset : offset+sizes[j]]
 			if j > i {
@@ -406,6 +431,25 @@ func (r *rxState) splitXDP(bufs [][]byte, sizes []int, offset int) int {
 		return i
 	}
 	return n
+}
+
+// xdpLong takes the frame at the head of the AF_XDP socket's RX ring,
+// longer than the caller's buffer j, into overflow buffer j, its
+// virtio_net_hdr saying how to split it if it is a short run's
+// super-frame; deliverPending then splits it, or drops it as too large
+// and counts it. It returns false if the frame was not there to take (a
+// malformed descriptor, which Recv skips).
+func (r *rxState) xdpLong(j int) bool {
+	r.over = r.chunks
+	if r.e.xsk.Recv(r.over[j:j+1], r.flen[j:j+1], 0) == 0 {
+		return false
+	}
+	h := vnet.Hdr{}
+	if g := shortRunSegment(r.over[j][:r.flen[j]]); g > 0 {
+		h.GSOType, h.GSOSize = vnet.GSOUDPL4, uint16(g)
+	}
+	h.Encode(r.vnet[j*vnetHdrLen:])
+	return true
 }
 
 // Pending frame lengths that mark a frame dropped at stash time.

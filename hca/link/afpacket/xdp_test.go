@@ -2,6 +2,7 @@ package afpacket
 
 import (
 	"errors"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -68,10 +69,16 @@ func TestXDPLinktest(t *testing.T) {
 // readN reads n frames from e within a second.
 func readN(t *testing.T, e *Endpoint, n int) [][]byte {
 	t.Helper()
+	return readNInto(t, e, n, 9100)
+}
+
+// readNInto is readN with buffers of size bytes.
+func readNInto(t *testing.T, e *Endpoint, n, size int) [][]byte {
+	t.Helper()
 	var got [][]byte
 	bufs := make([][]byte, 64)
 	for i := range bufs {
-		bufs[i] = make([]byte, 9100)
+		bufs[i] = make([]byte, size)
 	}
 	sizes := make([]int, 64)
 	w := linktest.NewWatchdog(2*time.Second, e)
@@ -174,6 +181,60 @@ func TestXDPShortRunFromGSOPeer(t *testing.T) {
 			t.Fatalf("%s: receiver split %d super-frames (want %d), %d frames from the AF_XDP socket, %d malformed",
 				tc.name, st.RxGSO-sb.RxGSO, tc.supers, st.XDPRxFrames-sb.XDPRxFrames, st.RxMalformed-sb.RxMalformed)
 		}
+	}
+}
+
+// TestXDPShortRunSmallBuffers: a peer's short run that fits a UMEM chunk
+// but not the reader's buffers (64 2-byte SENDs, 1322 bytes, read into
+// 100-byte buffers, each of its 62-byte frames fits one) still arrives
+// whole on the AF_XDP socket, waits there for a buffer that holds it, and
+// is split; a frame too long for the buffers and no super-frame is dropped
+// and counted (RxTooLarge), and the frames behind it keep their order.
+// Neither allocates the packet socket's 4 MiB of overflow buffers: the
+// split uses chunk-sized ones allocated at Open.
+func TestXDPShortRunSmallBuffers(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	a, b := openXDP(t, netcfg.TwoHostsOptions{}, Config{}, Config{XDP: true})
+	run := batch(t, a, b, 64, 2)
+	big, err := linktest.Frame(a, b, 200, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := linktest.Frame(a, b, 201, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, later goruntime.MemStats
+	goruntime.ReadMemStats(&before)
+	if n, err := a.Write(run, 0); err != nil || n != len(run) {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if a.Stats().TxGSO != 1 {
+		t.Skip("the sender's kernel took no GSO super-packet from a packet socket")
+	}
+	got := readNInto(t, b, len(run), 100)
+	goruntime.ReadMemStats(&later)
+	for i := range run {
+		if !linktest.Equivalent(got[i], run[i], link.FormatEthernet) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	if grew := later.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Errorf("reading the first super-frame allocated %d bytes", grew)
+	}
+	st := b.Stats()
+	if st.RxGSO != 1 || st.XDPRxFrames != 1 || st.RxRingFrames != 0 {
+		t.Fatalf("receiver: %d super-frames split, %d from the AF_XDP socket, %d from the ring; want 1, 1, 0", st.RxGSO, st.XDPRxFrames, st.RxRingFrames)
+	}
+	if n, err := a.Write([][]byte{big, after}, 0); err != nil || n != 2 {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	got = readNInto(t, b, 1, 100)
+	if !linktest.Equivalent(got[0], after, link.FormatEthernet) {
+		t.Fatal("the frame behind the one too large is not the next read")
+	}
+	if st := b.Stats(); st.RxTooLarge != 1 {
+		t.Fatalf("RxTooLarge = %d, want 1", st.RxTooLarge)
 	}
 }
 

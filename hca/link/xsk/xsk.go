@@ -55,11 +55,10 @@ type Config struct {
 
 // Stats are the socket's counters.
 type Stats struct {
-	RxFrames    uint64 // delivered by Recv
-	RxTruncated uint64 // dropped by Recv: longer than the caller's buffer
-	TxFrames    uint64 // queued by Send
-	TxKicks     uint64 // sendto system calls
-	TxDropped   uint64 // Send gave up on (no chunk came back, or the device refused)
+	RxFrames  uint64 // delivered by Recv
+	TxFrames  uint64 // queued by Send
+	TxKicks   uint64 // sendto system calls
+	TxDropped uint64 // Send gave up on (no chunk came back, or the device refused)
 	// From the kernel (XDP_STATISTICS): frames redirected to the socket
 	// but dropped because the RX ring was full or the fill ring empty,
 	// and descriptors it found invalid.
@@ -76,7 +75,7 @@ type Socket struct {
 	txFree                    []uint64 // chunks free to send from
 	native                    bool
 
-	rxDelivered, rxTruncated     atomic.Uint64
+	rxDelivered                  atomic.Uint64
 	txFrames, txKicks, txDropped atomic.Uint64
 }
 
@@ -326,7 +325,8 @@ func (s *Socket) Ready() bool {
 
 // Recv copies up to len(bufs) received frames into bufs[i][off:], sets
 // sizes[i], and returns how many it delivered; it never waits. A frame
-// longer than its buffer is dropped and counted (RxTruncated).
+// longer than its buffer ends the call and stays at the head of the ring
+// (NextLen), for a call with a buffer that holds it.
 func (s *Socket) Recv(bufs [][]byte, sizes []int, off int) int {
 	cons := *s.rx.cons
 	prod := atomic.LoadUint32(s.rx.prod) // acquire: the descriptors and frames before it are written
@@ -340,12 +340,11 @@ func (s *Socket) Recv(bufs [][]byte, sizes []int, off int) int {
 		a, l := d.Addr, uint64(d.Len)
 		if a+l <= uint64(len(s.umem)) {
 			out := bufs[n][off:]
-			if int(l) <= len(out) {
-				sizes[n] = copy(out, s.umem[a:a+l])
-				n++
-			} else {
-				s.rxTruncated.Add(1)
+			if int(l) > len(out) {
+				break
 			}
+			sizes[n] = copy(out, s.umem[a:a+l])
+			n++
 		}
 		*s.fill.addr(fp) = a &^ (ChunkSize - 1)
 		fp++
@@ -354,6 +353,16 @@ func (s *Socket) Recv(bufs [][]byte, sizes []int, off int) int {
 	atomic.StoreUint32(s.fill.prod, fp)
 	s.rxDelivered.Add(uint64(n))
 	return n
+}
+
+// NextLen returns the length of the frame at the head of the RX ring,
+// which the next Recv delivers first, or 0 if the ring is empty.
+func (s *Socket) NextLen() int {
+	cons := *s.rx.cons
+	if cons == atomic.LoadUint32(s.rx.prod) {
+		return 0
+	}
+	return int(s.rx.xdesc(cons).Len)
 }
 
 // reclaim takes the chunks the kernel has sent from the completion ring.
@@ -454,7 +463,7 @@ func (s *Socket) kick() error {
 
 // Stats returns the counters, with the kernel's read at the call.
 func (s *Socket) Stats() Stats {
-	st := Stats{RxFrames: s.rxDelivered.Load(), RxTruncated: s.rxTruncated.Load(),
+	st := Stats{RxFrames: s.rxDelivered.Load(),
 		TxFrames: s.txFrames.Load(), TxKicks: s.txKicks.Load(), TxDropped: s.txDropped.Load()}
 	if s.fd >= 0 {
 		var ks unix.XDPStatistics

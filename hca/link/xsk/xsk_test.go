@@ -320,3 +320,44 @@ func TestLoadProgramRetriesEAGAIN(t *testing.T) {
 		})
 	}
 }
+
+// TestRecvLongFrameWaits: a frame longer than its buffer ends Recv and
+// stays at the head of the ring (NextLen says how long it is), so that
+// the caller can take it into a larger buffer; nothing is dropped and
+// the frames behind it keep their order.
+func TestRecvLongFrameWaits(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	a := open(t, h.A, Config{RxFrames: 64, TxFrames: 64})
+	b := open(t, h.B, Config{RxFrames: 64, TxFrames: 64})
+	v4 := func(n int, seed byte) []byte {
+		return frame(h.A.MAC, h.B.MAC, etherTypeIPv4, h.A.Addr, h.B.Addr, roceV2Port, n, seed)
+	}
+	want := [][]byte{v4(20, 1), v4(1000, 2), v4(20, 3)}
+	if n, err := a.s.Send(want, 0); err != nil || n != len(want) {
+		t.Fatalf("Send = %d, %v", n, err)
+	}
+	small := [][]byte{make([]byte, 100), make([]byte, 100), make([]byte, 100)}
+	sizes := make([]int, 3)
+	var n int
+	for deadline := time.Now().Add(300 * time.Millisecond); n == 0 && time.Now().Before(deadline); {
+		n = b.s.Recv(small, sizes, 0)
+	}
+	if n != 1 || !bytes.Equal(small[0][:sizes[0]], want[0]) {
+		t.Fatalf("Recv into 100-byte buffers = %d frames; want only the first", n)
+	}
+	for deadline := time.Now().Add(300 * time.Millisecond); b.s.NextLen() == 0 && time.Now().Before(deadline); {
+	}
+	if l := b.s.NextLen(); l != len(want[1]) {
+		t.Fatalf("NextLen = %d, want %d", l, len(want[1]))
+	}
+	if k := b.s.Recv(small[1:], sizes[1:], 0); k != 0 {
+		t.Fatalf("Recv again into 100-byte buffers = %d frames, want 0", k)
+	}
+	got := recvAll(b.s, 2, 300*time.Millisecond)
+	if len(got) != 2 || !bytes.Equal(got[0], want[1]) || !bytes.Equal(got[1], want[2]) {
+		t.Fatalf("then %d frames, want the long one and the last, in order", len(got))
+	}
+	if l := b.s.NextLen(); l != 0 {
+		t.Fatalf("NextLen of an empty ring = %d", l)
+	}
+}
