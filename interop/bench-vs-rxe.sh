@@ -152,8 +152,11 @@ for lm in ${MTUS//,/ }; do
       # The floor under send_lat on goroce's path (interop/udplat): a busy-polled ping-pong of
       # 20-byte datagrams between bvra and bvrb, plain and as goroce's udp link sends and
       # receives (connected send, the ACK and the answer in one GSO skb; raw-socket receive,
-      # or with --rx-ring a packet socket's RX ring).
-      for f in "" "-connect -raw -gso 2" "-connect -ring -gso 2" "-xdp drv" "-xdp skb"; do
+      # or with --rx-ring a packet socket's RX ring), and through AF_XDP sockets: one frame,
+      # two frames a kick (an ACK and its answer, each its own skb), the two as one GSO
+      # super-frame from a packet socket (Linux 6.2+) or from a connected UDP socket.
+      for f in "" "-connect -raw -gso 2" "-connect -ring -gso 2" "-xdp drv" "-xdp skb" \
+        "-xdp skb -frames 2" "-xdp skb -gso 2" "-xdp skb -udpsend -gso 2"; do
         if [ "$f" = "-xdp drv" ] && [ "$lm" -gt 1500 ]; then
           # veth refuses native XDP (ERANGE) when the peer's MTU passes what fits a page
           # (about 3.5 KB) and the program does not take multi-buffer frames, as udplat's

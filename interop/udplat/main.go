@@ -14,6 +14,13 @@
 //	/mnt/host/udplat -role echo bvra 10.98.0.1 bvrb 10.98.0.2 &
 //	/mnt/host/udplat -role ping bvra 10.98.0.1 bvrb 10.98.0.2
 //
+// With -xdp skb|drv the ends send and receive Ethernet frames through
+// AF_XDP sockets instead; -frames 2 sends each message as two frames in
+// one kick (goroce's XDP link with an ACK and its answer), -gso 2 as one
+// UDP GSO super-frame of two segments through a packet socket (Linux 6.2+:
+// 6.1's packet sockets refuse UDP_L4), -udpsend -gso 2 as one through the
+// UDP socket (goroce's udp link's send, received by AF_XDP).
+//
 // Both sockets use port 18600 (-port); the namespaces are `ip netns` names.
 package main
 
@@ -44,7 +51,10 @@ func run() error {
 	size := flag.Int("size", 20, "UDP payload bytes (20: a BTH, 2 bytes of SEND payload and pad, the ICRC)")
 	port := flag.Int("port", 18600, "UDP port of both sockets")
 	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long")
-	gso := flag.Int("gso", 0, "send each message as this many segments of -size bytes in one UDP GSO super-datagram (as goroce's ACK and answer)")
+	gso := flag.Int("gso", 0, "send each message as this many segments of -size bytes in one UDP GSO super-datagram (as goroce's ACK and answer); with -xdp, as one GSO super-frame through a packet socket")
+	udpSend := flag.Bool("udpsend", false, "with -xdp: send on each end's UDP socket, connected (with -gso, UDP GSO), receive from the AF_XDP socket")
+	flag.BoolVar(&qdiscPath, "qdisc", false, "with -xdp -gso: send the super-frames through the device's queueing (dev_queue_xmit), not PACKET_QDISC_BYPASS")
+	frames := flag.Int("frames", 1, "with -xdp: send each message as this many frames of -size bytes in one AF_XDP kick (as goroce's XDP link sends an ACK and its answer)")
 	role := flag.String("role", "both", "both: both ends in this process; ping or echo: one end, the other in another process (start echo first)")
 	connect := flag.Bool("connect", false, "connect each end's sending socket to its peer (a cached route, no per-send lookup)")
 	raw := flag.Bool("raw", false, "receive as goroce's udp link does over IPv4: on a raw socket, the UDP socket only holding the port (a filter drops all it gets)")
@@ -69,10 +79,10 @@ func run() error {
 		*raw = true
 	}
 	if *xdp != "" {
-		if (*xdp != "drv" && *xdp != "skb") || *role != "both" || *gso > 1 || *connect || *raw {
-			return errors.New("-xdp drv|skb, with -role both and without -gso, -connect, -raw, -ring")
+		if (*xdp != "drv" && *xdp != "skb") || *role != "both" || *connect || *raw || *frames < 1 || *frames > 64 || (*gso > 1 && *frames > 1) || (*udpSend && *frames > 1) {
+			return errors.New("-xdp drv|skb, with -role both, without -connect, -raw, -ring, and with -frames 1..64 (not with -udpsend) or -gso")
 		}
-		return runXDP(flag.Arg(0), aAddr, flag.Arg(2), bAddr, *size, *n, *xdp == "drv", *timeout)
+		return runXDP(flag.Arg(0), aAddr, flag.Arg(2), bAddr, *size, *n, *frames, *gso, *xdp == "drv", *udpSend, *timeout)
 	}
 	ping, echo := *role != "echo", *role != "ping"
 	if *role != "both" && *role != "ping" && *role != "echo" {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +23,16 @@ type xend struct {
 	mac   net.HardwareAddr
 	bufs  [][]byte
 	sizes []int
+	// pkt, with -gso, is a packet socket (PACKET_VNET_HDR,
+	// PACKET_QDISC_BYPASS) that sends each message as one UDP GSO
+	// super-frame: the path an AF_XDP socket, which has no GSO, leaves
+	// for a run of packets that should cross the stack as one skb.
+	pkt int
+	// udp, with -udpsend, sends a message through the end's UDP socket.
+	udp func() error
+	// stop ends a spinRecv in another goroutine, so that the rings are
+	// not unmapped under it.
+	stop atomic.Bool
 }
 
 // openXSK opens the socket on the interface that holds addr (in the
@@ -35,15 +46,53 @@ func openXSK(addr netip.Addr, native bool) (*xend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &xend{s: s, mac: ifc.HardwareAddr, bufs: [][]byte{make([]byte, xsk.ChunkSize)}, sizes: make([]int, 1)}, nil
+	x := &xend{s: s, mac: ifc.HardwareAddr, pkt: -1, sizes: make([]int, 64)}
+	for range x.sizes {
+		x.bufs = append(x.bufs, make([]byte, xsk.ChunkSize))
+	}
+	return x, nil
 }
 
-// spinRecv spins on the RX ring until a frame is there and returns its
-// length.
-func (x *xend) spinRecv(deadline time.Time) (int, error) {
+// qdiscPath (-qdisc) sends the -gso super-frames through the device's
+// queueing (dev_queue_xmit) instead of PACKET_QDISC_BYPASS.
+var qdiscPath bool
+
+// openPacket opens x.pkt on the interface with index ifindex.
+func (x *xend) openPacket(ifindex int) error {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("packet socket: %w", err)
+	}
+	opts := []int{unix.PACKET_VNET_HDR, unix.PACKET_QDISC_BYPASS}
+	if qdiscPath {
+		opts = opts[:1] // through dev_queue_xmit, as goroce's afpacket link sends
+	}
+	for _, o := range opts {
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, o, 1); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("packet socket option %d: %w", o, err)
+		}
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("bind packet socket: %w", err)
+	}
+	x.pkt = fd
+	return nil
+}
+
+// spinRecv spins on the RX ring until want frames are there and returns
+// the length of the last.
+func (x *xend) spinRecv(want int, deadline time.Time) (int, error) {
+	got := 0
 	for spins := 0; ; spins++ {
-		if x.s.Recv(x.bufs, x.sizes, 0) == 1 {
-			return x.sizes[0], nil
+		if spins&1023 == 1023 && x.stop.Load() {
+			return 0, errors.New("stopped")
+		}
+		if k := x.s.Recv(x.bufs[:want-got], x.sizes[:want-got], 0); k > 0 {
+			if got += k; got == want {
+				return x.sizes[k-1], nil
+			}
 		}
 		if spins&65535 == 65535 && time.Now().After(deadline) {
 			return 0, errors.New("timed out")
@@ -51,8 +100,20 @@ func (x *xend) spinRecv(deadline time.Time) (int, error) {
 	}
 }
 
-func (x *xend) send(frame []byte) error {
-	_, err := x.s.Send([][]byte{frame}, 0)
+// send sends the frames of one message: through the packet socket (one
+// super-frame after its virtio_net_hdr) when there is one, else all in
+// one AF_XDP kick.
+func (x *xend) send(frames [][]byte) error {
+	if x.udp != nil {
+		return x.udp()
+	}
+	if x.pkt >= 0 {
+		if err := unix.Sendmsg(x.pkt, frames[0], nil, nil, 0); err != nil {
+			return fmt.Errorf("packet socket sendmsg: %w", err)
+		}
+		return nil
+	}
+	_, err := x.s.Send(frames, 0)
 	return err
 }
 
@@ -103,10 +164,43 @@ func ethFrame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, port, size i
 	return f
 }
 
+// gsoFrame is frame (an ethFrame of segs segments of size bytes each) as
+// a UDP GSO super-frame for a PACKET_VNET_HDR socket: a virtio_net_hdr
+// asking for UDP_L4 segmentation at size (little-endian fields, as
+// packet sockets read them on x86) and, in the UDP checksum, the
+// pseudo-header sum the kernel finishes per segment.
+func gsoFrame(frame []byte, size int) []byte {
+	h := make([]byte, 10, 10+len(frame))
+	h[0], h[1] = 1, 5 // VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_UDP_L4
+	binary.LittleEndian.PutUint16(h[2:], 14+20+8)
+	binary.LittleEndian.PutUint16(h[4:], uint16(size))
+	binary.LittleEndian.PutUint16(h[6:], 14+20) // csum_start: the UDP header
+	binary.LittleEndian.PutUint16(h[8:], 6)     // csum_offset: its checksum
+	f := append(h, frame...)[10:]
+	ip := f[14:34]
+	sum := uint32(unix.IPPROTO_UDP) + uint32(binary.BigEndian.Uint16(f[38:]))
+	for i := 12; i < 20; i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(ip[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	binary.BigEndian.PutUint16(f[40:], uint16(sum))
+	return h[:10+len(frame)]
+}
+
 // runXDP is the -xdp ping-pong: each end holds the UDP port with a socket
 // that drops what it gets (as goroce's link), receives from its AF_XDP
-// socket and sends a frame to the other end's MAC through it.
-func runXDP(nsA string, aAddr netip.Addr, nsB string, bAddr netip.Addr, size, n int, native bool, timeout time.Duration) error {
+// socket and sends each message to the other end's MAC through it, as
+// frames frames of size bytes in one kick, or, with gso > 1, as one UDP
+// GSO super-frame of gso segments through a packet socket (which the
+// peer's XDP program redirects whole).
+//
+// With udpSend each end sends through its UDP socket instead (connected to
+// the peer's port 4791; with gso > 1 one UDP GSO super-datagram per
+// message, UDP_SEGMENT), as goroce's udp link sends, and still receives
+// from its AF_XDP socket.
+func runXDP(nsA string, aAddr netip.Addr, nsB string, bAddr netip.Addr, size, n, frames, gso int, native, udpSend bool, timeout time.Duration) error {
 	const port = 4791 // what the program steers
 	open := func(ns string, addr netip.Addr) (*xend, int, error) {
 		type res struct {
@@ -140,6 +234,15 @@ func runXDP(nsA string, aAddr netip.Addr, nsB string, bAddr netip.Addr, size, n 
 				return
 			}
 			x, err := openXSK(addr, native)
+			if err == nil && gso > 1 && !udpSend {
+				var ifc *net.Interface
+				if ifc, err = ifaceOf(addr); err == nil {
+					err = x.openPacket(ifc.Index)
+				}
+				if err != nil {
+					x.s.Close()
+				}
+			}
 			if err != nil {
 				e.close()
 			}
@@ -154,23 +257,50 @@ func runXDP(nsA string, aAddr netip.Addr, nsB string, bAddr netip.Addr, size, n 
 	}
 	defer unix.Close(ha)
 	defer xa.s.Close()
+	defer xa.closePacket()
 	xb, hb, err := open(nsB, bAddr)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(hb)
 	defer xb.s.Close()
-	toB := ethFrame(xa.mac, xb.mac, aAddr, bAddr, port, size)
-	toA := ethFrame(xb.mac, xa.mac, bAddr, aAddr, port, size)
+	defer xb.closePacket()
+	msg := func(from, to *xend, src, dst netip.Addr) [][]byte {
+		if gso > 1 {
+			return [][]byte{gsoFrame(ethFrame(from.mac, to.mac, src, dst, port, gso*size), size)}
+		}
+		m := make([][]byte, frames)
+		for i := range m {
+			m[i] = ethFrame(from.mac, to.mac, src, dst, port, size)
+		}
+		return m
+	}
+	toB, toA := msg(xa, xb, aAddr, bAddr), msg(xb, xa, bAddr, aAddr)
+	if udpSend {
+		if err := unix.Connect(ha, &unix.SockaddrInet4{Port: port, Addr: bAddr.As4()}); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		if err := unix.Connect(hb, &unix.SockaddrInet4{Port: port, Addr: aAddr.As4()}); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		payload := make([]byte, size*max(gso, 1))
+		xa.udp = func() error { return send(ha, payload, size, gso, nil) }
+		xb.udp = func() error { return send(hb, payload, size, gso, nil) }
+	}
+	// What arrives: each frame, or the super-frame whole.
+	want, wantLen := frames, 14+20+8+size
+	if gso > 1 {
+		want, wantLen = 1, 14+20+8+gso*size
+	}
 	deadline := time.Now().Add(timeout)
 
 	echoErr := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		for i := 0; i < n; i++ {
-			k, err := xb.spinRecv(deadline)
-			if err == nil && k != len(toB) {
-				err = fmt.Errorf("got %d bytes, want %d", k, len(toB))
+			k, err := xb.spinRecv(want, deadline)
+			if err == nil && k != wantLen {
+				err = fmt.Errorf("got %d bytes, want %d", k, wantLen)
 			}
 			if err == nil {
 				err = xb.send(toA)
@@ -185,21 +315,39 @@ func runXDP(nsA string, aAddr netip.Addr, nsB string, bAddr netip.Addr, size, n 
 	runtime.LockOSThread()
 	lat := make([]time.Duration, 0, n)
 	sendDur := make([]time.Duration, 0, n)
+	fail := func(i int, err error) error {
+		xb.stop.Store(true)
+		<-echoErr // the echo loop has left the rings before they are closed
+		return fmt.Errorf("ping %d: %w", i, err)
+	}
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
 		if err := xa.send(toB); err != nil {
-			return fmt.Errorf("ping %d: %w", i, err)
+			return fail(i, err)
 		}
 		sendDur = append(sendDur, time.Since(t0))
-		if _, err := xa.spinRecv(deadline); err != nil {
-			return fmt.Errorf("ping %d: %w", i, err)
+		if _, err := xa.spinRecv(want, deadline); err != nil {
+			return fail(i, err)
 		}
 		lat = append(lat, time.Since(t0)/2)
 	}
 	if err := <-echoErr; err != nil {
 		return err
 	}
-	printLat(fmt.Sprintf("Ethernet ping-pong %s %v <-> %s %v, %d-byte UDP payloads, %d round trips, AF_XDP (copy mode, native XDP %v) send and busy-polled RX ring",
-		nsA, aAddr, nsB, bAddr, size, n, native), lat, sendDur)
+	how := fmt.Sprintf("%d frame(s) per AF_XDP send", frames)
+	switch {
+	case udpSend:
+		how = fmt.Sprintf("%d segment(s) per send on a connected UDP socket", max(gso, 1))
+	case gso > 1:
+		how = fmt.Sprintf("one UDP GSO super-frame of %d segments per packet-socket send", gso)
+	}
+	printLat(fmt.Sprintf("Ethernet ping-pong %s %v <-> %s %v, %d-byte UDP payloads, %d round trips, %s, AF_XDP (copy mode, native XDP %v) busy-polled RX ring",
+		nsA, aAddr, nsB, bAddr, size, n, how, native), lat, sendDur)
 	return nil
+}
+
+func (x *xend) closePacket() {
+	if x.pkt >= 0 {
+		unix.Close(x.pkt)
+	}
 }
