@@ -168,51 +168,77 @@ func ringName(noRing bool) string {
 //
 // xdp: both ends with Config.XDP (generic), the frames through AF_XDP
 // sockets.
+//
+// pair: each way an ACK and a 2-byte SEND, what a send_lat turnaround
+// sends (the ACK of the message answered, then the answer): over XDP two
+// AF_XDP frames (two skbs); through the packet socket one UDP GSO
+// super-frame (where the kernel takes UDP_L4 from one), split by the
+// receiving Read.
 func BenchmarkPingPong(b *testing.B) {
 	for _, mode := range []string{"spin", "block"} {
 		for _, path := range []struct {
 			name string
 			cfg  Config
-		}{{ringName(false), Config{}}, {ringName(true), Config{NoRing: true}}, {"xdp", Config{XDP: true}}} {
+			pair bool
+		}{
+			{ringName(false), Config{}, false}, {ringName(true), Config{NoRing: true}, false},
+			{"xdp", Config{XDP: true}, false},
+			{ringName(false) + "/pair", Config{}, true}, {"xdp/pair", Config{XDP: true}, true},
+		} {
 			b.Run(mode+"/"+path.name, func(b *testing.B) {
 				ea, eb, _ := openPairCfg(b, netcfg.TwoHostsOptions{}, path.cfg)
-				ping, err := linktest.Frame(ea, eb, bth.PSN(1), 2)
-				if err != nil {
-					b.Fatal(err)
+				msg := func(from, to *Endpoint, psn bth.PSN) [][]byte {
+					send, err := linktest.Frame(from, to, psn, 2)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if !path.pair {
+						return [][]byte{send}
+					}
+					ack, err := linktest.ACK(from, to, 0x12, psn-1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return [][]byte{ack, send}
 				}
-				pong, err := linktest.Frame(eb, ea, bth.PSN(2), 2)
-				if err != nil {
-					b.Fatal(err)
-				}
+				ping, pong := msg(ea, eb, 1), msg(eb, ea, 2)
 				spin := mode == "spin"
 				recv := func(e *Endpoint, bufs [][]byte, sizes []int) error {
-					for {
+					for got := 0; got < len(bufs); {
 						var n int
 						var err error
 						if spin {
-							n, err = e.TryRead(bufs, sizes, 0)
+							n, err = e.TryRead(bufs[got:], sizes[got:], 0)
 						} else {
-							n, err = e.Read(bufs, sizes, 0)
+							n, err = e.Read(bufs[got:], sizes[got:], 0)
 						}
-						if err != nil || n > 0 {
+						if err != nil {
 							return err
 						}
+						got += n
 					}
+					return nil
 				}
-				bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+				newBufs := func() ([][]byte, []int) {
+					bufs := make([][]byte, len(ping))
+					for i := range bufs {
+						bufs[i] = make([]byte, 2048)
+					}
+					return bufs, make([]int, len(bufs))
+				}
+				bufs, sizes := newBufs()
 				// The first Read sets up the GSO overflow buffers.
 				ea.TryRead(bufs, sizes, 0)
 				eb.TryRead(bufs, sizes, 0)
 				done := make(chan error, 1)
 				go func() {
-					bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
-					out := [][]byte{pong}
+					bufs, sizes := newBufs()
 					for {
 						if err := recv(eb, bufs, sizes); err != nil {
 							done <- err
 							return
 						}
-						if _, err := eb.Write(out, 0); err != nil {
+						if _, err := eb.Write(pong, 0); err != nil {
 							done <- err
 							return
 						}
@@ -220,15 +246,14 @@ func BenchmarkPingPong(b *testing.B) {
 				}()
 				wd := linktest.NewWatchdog(time.Minute, ea, eb) // a lost frame fails the benchmark
 				defer wd.Stop()
-				out := [][]byte{ping}
 				b.ReportAllocs()
-				b.SetBytes(int64(len(ping) + len(pong)))
+				b.SetBytes(int64(len(ping[0])*len(ping) + len(pong[0])*len(pong)))
 				for b.Loop() {
-					if _, err := ea.Write(out, 0); err != nil {
+					if _, err := ea.Write(ping, 0); err != nil {
 						b.Fatal(err)
 					}
 					if err := recv(ea, bufs, sizes); err != nil {
-						b.Fatal(wd.Err(err, 0, 1))
+						b.Fatal(wd.Err(err, 0, len(bufs)))
 					}
 				}
 				b.StopTimer()
