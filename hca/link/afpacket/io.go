@@ -58,8 +58,9 @@ type rxState struct {
 	// first Read that looks at that socket (allocOver); or, with XDP,
 	// chunks, xsk.MaxFrame bytes per message (allocated at Open) for the
 	// super-frames the AF_XDP socket takes whole, which must not wait for
-	// 4 MiB to be allocated and faulted in (a 2 ms stall inside a
-	// send_lat run from a udp-link peer).
+	// 4 MiB to be allocated and faulted in (a ~2 ms stall inside a timed
+	// send_lat run, with a peer that sent super-frames from the first
+	// round trip).
 	over, big, chunks [][]byte
 
 	// Pending messages pend..got-1, moved whole into over[]; flen[j] is
