@@ -275,8 +275,10 @@ func runXDP(nsA string, aAddr netip.Addr, nsB string, bAddr netip.Addr, size, n,
 		}
 		return m
 	}
-	toB, toA := msg(xa, xb, aAddr, bAddr), msg(xb, xa, bAddr, aAddr)
-	if udpSend {
+	var toB, toA [][]byte
+	if !udpSend {
+		toB, toA = msg(xa, xb, aAddr, bAddr), msg(xb, xa, bAddr, aAddr)
+	} else {
 		if err := unix.Connect(ha, &unix.SockaddrInet4{Port: port, Addr: bAddr.As4()}); err != nil {
 			return fmt.Errorf("connect: %w", err)
 		}
