@@ -32,6 +32,12 @@ const MaxRunSegments = 64
 // be a super-packet.
 const MaxRoCEPacket = 12 + 28 + 4096 + 4
 
+// MinRunPayload is the shortest UDP payload of a super-packet: two packets
+// of a BTH and an ICRC each. FixedRunSegment and EqualRunSegment find no
+// run in anything shorter, so a receiver may pass a shorter datagram on as
+// one packet without looking at its headers.
+const MinRunPayload = 2 * (12 + 4)
+
 // HeaderRoom is the most bytes Runs.Header writes for an L2 header of l2
 // bytes: virtio_net_hdr, L2, IPv6 and UDP headers.
 func HeaderRoom(l2 int) int { return HdrLen + l2 + ipv6Len + udpLen }

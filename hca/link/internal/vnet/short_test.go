@@ -58,6 +58,35 @@ func TestFixedRunSegment(t *testing.T) {
 	}
 }
 
+// TestMinRunPayload: no UDP payload shorter than MinRunPayload is a run,
+// whatever its bytes (the receivers skip the header checks for those), and
+// the shortest runs senders build are exactly that long.
+func TestMinRunPayload(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ops := []bth.Opcode{bth.OpRCAcknowledge, bth.OpRCSendOnly, bth.OpRCRDMAReadRequest, bth.OpUDSendOnly}
+	for n := 0; n < MinRunPayload; n++ {
+		for range 200 {
+			f := make([]byte, 28+n)
+			binary.BigEndian.PutUint16(f[0:], 0x4500)
+			for i := 28; i < len(f); i++ {
+				f[i] = byte(rng.Uint32())
+			}
+			if n > 0 && rng.IntN(2) == 0 {
+				f[28] = byte(ops[rng.IntN(len(ops))])
+			}
+			if g := FixedRunSegment(f[28:]); g != 0 {
+				t.Fatalf("%d-byte payload % x: FixedRunSegment = %d", n, f[28:], g)
+			}
+			if g := EqualRunSegment(f, 0, 28); g != 0 {
+				t.Fatalf("%d-byte payload % x: EqualRunSegment = %d", n, f[28:], g)
+			}
+		}
+	}
+	if f := shortRun(t, false, 0, 2, 0); len(f)-28 != MinRunPayload || EqualRunSegment(f, 0, 28) != MinRunPayload/2 {
+		t.Errorf("two empty SENDs: %d bytes of UDP payload, MinRunPayload %d, not found as a run", len(f)-28, MinRunPayload)
+	}
+}
+
 // TestShortRunLen: the largest power of two of a short run's packets of
 // the first one's length.
 func TestShortRunLen(t *testing.T) {
