@@ -165,7 +165,8 @@ func (q *QP) respTransmit(buf []byte) (int, bool) {
 		switch it.kind {
 		case outACK, outNAK:
 			info := bth.OpRCAcknowledge.Info()
-			f := q.bthFields(bth.OpRCAcknowledge, it.psn, q.destQPN, false, false, 0)
+			var f bth.Fields
+			q.bthFields(&f, bth.OpRCAcknowledge, it.psn, q.destQPN, false, false, 0)
 			bth.Header(buf).Encode(&f)
 			a := bth.AETH(buf[info.AETH:])
 			a.SetSyndrome(it.syndrome)
@@ -174,7 +175,8 @@ func (q *QP) respTransmit(buf []byte) (int, bool) {
 			return info.HdrLen, true
 		case outAtomicACK:
 			info := bth.OpRCAtomicAcknowledge.Info()
-			f := q.bthFields(bth.OpRCAtomicAcknowledge, it.psn, q.destQPN, false, false, 0)
+			var f bth.Fields
+			q.bthFields(&f, bth.OpRCAtomicAcknowledge, it.psn, q.destQPN, false, false, 0)
 			bth.Header(buf).Encode(&f)
 			a := bth.AETH(buf[info.AETH:])
 			a.SetSyndrome(bth.SyndromeACKUnlimited)
@@ -211,7 +213,8 @@ func (q *QP) readResponse(it *outItem, buf []byte) int {
 	}
 	info := op.Info()
 	pad := int(-n & 3)
-	f := q.bthFields(op, it.psn, q.destQPN, false, false, pad)
+	var f bth.Fields
+	q.bthFields(&f, op, it.psn, q.destQPN, false, false, pad)
 	bth.Header(buf).Encode(&f)
 	if info.AETH != 0 {
 		a := bth.AETH(buf[info.AETH:])
