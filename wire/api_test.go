@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -247,6 +248,35 @@ func TestFinishDecodeRoundTrip(t *testing.T) {
 					t.Errorf("%d: IPv4 header checksum", i)
 				}
 			}
+		}
+	}
+}
+
+// IPv4.Encode sums its checksum from the fields: it must be the header's
+// own RFC 1071 checksum, the CNP's known one included, and every field must
+// read back.
+func TestIPv4Encode(t *testing.T) {
+	cnp := wire.IPv4Fields{TOS: 0xc2, TotalLength: 0x3c, ID: 0x718c, DontFragment: true, TTL: 0x40,
+		Protocol: 0x11, Src: [4]byte{10, 0, 0x11, 1}, Dst: [4]byte{10, 0, 0x12, 1}}
+	h := make(wire.IPv4, wire.IPv4Len)
+	h.Encode(&cnp)
+	if want := unhex(t, "45c2003c 718c4000 4011 9161 0a001101 0a001201"); !bytes.Equal(h, want) {
+		t.Errorf("CNP header % x, want % x", []byte(h), want)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 10000 {
+		f := wire.IPv4Fields{TOS: uint8(rng.Uint32()), TotalLength: uint16(rng.Uint32()), ID: uint16(rng.Uint32()),
+			DontFragment: rng.IntN(2) == 0, TTL: uint8(rng.Uint32()), Protocol: uint8(rng.Uint32())}
+		binary.BigEndian.PutUint32(f.Src[:], rng.Uint32())
+		binary.BigEndian.PutUint32(f.Dst[:], rng.Uint32())
+		h.Encode(&f)
+		if h.Version() != 4 || h.IHL() != wire.IPv4Len || h.TOS() != f.TOS || h.TotalLength() != int(f.TotalLength) ||
+			h.ID() != f.ID || h.DontFragment() != f.DontFragment || h.MoreFragments() || h.FragmentOffset() != 0 ||
+			h.TTL() != f.TTL || h.Protocol() != f.Protocol || h.Src() != netip.AddrFrom4(f.Src) || h.Dst() != netip.AddrFrom4(f.Dst) {
+			t.Fatalf("fields %+v read back from % x", f, []byte(h))
+		}
+		if !h.IsChecksumValid() || h.CalculateChecksum() != binary.BigEndian.Uint16(h[10:]) {
+			t.Fatalf("fields %+v: checksum %#04x, the header's own %#04x", f, binary.BigEndian.Uint16(h[10:]), h.CalculateChecksum())
 		}
 	}
 }
