@@ -126,34 +126,32 @@ type Fields struct {
 	PSN    PSN
 }
 
-// Encode writes f into h, overwriting all 12 bytes.
+// Encode writes f into h, overwriting all 12 bytes. It writes them as one
+// 4-byte and one 8-byte store rather than byte by byte: fewer stores (each
+// a software TLB lookup under qemu TCG), and the ICRC's 8-byte load of
+// bytes 4-11 that follows finds them in one store, which the store buffer
+// can forward.
 func (h Header) Encode(f *Fields) {
-	h[bthOpcode] = byte(f.Opcode)
-	var b1 byte
+	_ = h[HeaderLen-1]
+	b1 := uint32(f.PadCnt&3)<<4 | uint32(f.TVer&maskTVer)
 	if f.SE {
 		b1 |= bitSE
 	}
 	if f.MigReq {
 		b1 |= bitMigReq
 	}
-	b1 |= byte(f.PadCnt&3)<<4 | f.TVer&maskTVer
-	h[bthFlags] = b1
-	binary.BigEndian.PutUint16(h[bthPKey:], uint16(f.PKey))
-	var b4 byte
+	var b4, b8 uint64
 	if f.FECN {
 		b4 |= bitFECN
 	}
 	if f.BECN {
 		b4 |= bitBECN
 	}
-	h[bthResv8a] = b4
-	put24(h[5:], uint32(f.DestQP))
-	var b8 byte
 	if f.AckReq {
 		b8 |= bitAckReq
 	}
-	h[bthAck] = b8
-	put24(h[9:], uint32(f.PSN))
+	binary.BigEndian.PutUint32(h[0:], uint32(f.Opcode)<<24|b1<<16|uint32(f.PKey))
+	binary.BigEndian.PutUint64(h[4:], b4<<56|uint64(uint32(f.DestQP)&0xFFFFFF)<<32|b8<<24|uint64(uint32(f.PSN)&0xFFFFFF))
 }
 
 // Fields decodes h into a Fields value.

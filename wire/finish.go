@@ -250,12 +250,10 @@ func (a *Addr) encodeIPUDP(h []byte, n int) (int, error) {
 	return 0, ErrHeaderMismatch
 }
 
+// encodeUDP writes a RoCEv2 UDP header with checksum 0, as one 8-byte
+// store (see IPv4.Encode).
 func encodeUDP(h []byte, sport uint16, length int) {
-	u := UDP(h)
-	u.SetSrcPort(sport)
-	u.SetDstPort(RoCEv2Port)
-	u.SetLength(uint16(length))
-	u.SetChecksum(0)
+	binary.BigEndian.PutUint64(h[:UDPLen], uint64(sport)<<48|uint64(RoCEv2Port)<<32|uint64(uint16(length))<<16)
 }
 
 func (a *Addr) encodeGRH(h []byte, n int) {
