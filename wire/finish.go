@@ -229,9 +229,9 @@ func (a *Addr) encodeIPUDP(h []byte, n int) (int, error) {
 		if IPv4Len+udpLen > 0xFFFF {
 			return 0, ErrTooLong
 		}
-		IPv4(h).Encode(&IPv4Fields{TOS: a.TrafficClass, TotalLength: uint16(IPv4Len + udpLen),
-			ID: a.IPID, DontFragment: a.DontFragment, TTL: a.HopLimit, Protocol: IPProtoUDP,
-			Src: src.As4(), Dst: dst.As4()})
+		s4, d4 := src.As4(), dst.As4()
+		IPv4(h).encode(a.TrafficClass, uint16(IPv4Len+udpLen), a.IPID, a.DontFragment, a.HopLimit, IPProtoUDP,
+			binary.BigEndian.Uint32(s4[:]), binary.BigEndian.Uint32(d4[:]))
 		encodeUDP(h[IPv4Len:], a.SrcPort, udpLen)
 		return IPv4Len + UDPLen, nil
 	case KindRoCEv2IPv6:

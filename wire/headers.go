@@ -234,21 +234,27 @@ type IPv4Fields struct {
 }
 
 // Encode writes a 20-byte header from f, including the header checksum.
-//
-// The checksum is summed from the fields, and the header goes out in three
-// stores (8, 8 and 4 bytes): summed back from the header's bytes, it was
-// loaded as words just after being stored as bytes and half-words, loads
-// the store buffer cannot forward, and the ICRC's 8-byte loads that follow
-// in Finish now find each of the first two words in one store.
 func (h IPv4) Encode(f *IPv4Fields) {
+	h.encode(f.TOS, f.TotalLength, f.ID, f.DontFragment, f.TTL, f.Protocol,
+		binary.BigEndian.Uint32(f.Src[:]), binary.BigEndian.Uint32(f.Dst[:]))
+}
+
+// encode is Encode with the fields as arguments, for Finish, which has them
+// in registers. The checksum is summed from the fields, and the header goes
+// out in three stores (8, 8 and 4 bytes). Summed back from the header's
+// bytes, it was loaded as words just after being stored as bytes and
+// half-words, and a field struct built for the call was loaded with wider
+// loads than its fields' stores (the compiler merges TTL and protocol into
+// one 16-bit load): loads the store buffer cannot forward, each a wait for
+// every store before it (a 4 KiB payload copy, in Finish) to drain.
+func (h IPv4) encode(tos uint8, totalLength, id uint16, df bool, ttl, proto uint8, src, dst uint32) {
 	_ = h[IPv4Len-1]
 	var fl uint16
-	if f.DontFragment {
+	if df {
 		fl = ipv4FlagDF
 	}
-	src, dst := binary.BigEndian.Uint32(f.Src[:]), binary.BigEndian.Uint32(f.Dst[:])
-	w0 := 0x45<<56 | uint64(f.TOS)<<48 | uint64(f.TotalLength)<<32 | uint64(f.ID)<<16 | uint64(fl)
-	ttlProto := uint64(f.TTL)<<8 | uint64(f.Protocol)
+	w0 := 0x45<<56 | uint64(tos)<<48 | uint64(totalLength)<<32 | uint64(id)<<16 | uint64(fl)
+	ttlProto := uint64(ttl)<<8 | uint64(proto)
 	// The one's complement sum of the header's 16-bit words, checksum 0.
 	sum := w0>>48 + w0>>32&0xFFFF + w0>>16&0xFFFF + w0&0xFFFF + ttlProto +
 		uint64(src>>16) + uint64(src&0xFFFF) + uint64(dst>>16) + uint64(dst&0xFFFF)
