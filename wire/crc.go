@@ -153,10 +153,10 @@ func slice8Update(crc uint32, p []byte) uint32 {
 // pickCRC times the implementations this CPU can run over a path-MTU
 // payload (best of five rounds each, interleaved, so that one preemption
 // does not decide; each timed pass right after an untimed one, so that
-// each is timed warm, as it runs in use) and returns the fastest, except that fold4, where the
-// CPU runs it, keeps its place unless another is more than 25 % faster
-// (see the end of the function). GOROCE_CRC=clmul, =tables,
-// =sparse or (where it runs) =fold4 forces a choice.
+// each is timed warm, as it runs in use) and returns the fastest, except
+// that fold4, where the CPU runs it, keeps its place unless another is
+// more than 25 % faster (see the end of the function). GOROCE_CRC=clmul,
+// =tables, =sparse or (where it runs) =fold4 forces a choice.
 func pickCRC() crcKind {
 	for k, name := range crcNames {
 		if os.Getenv("GOROCE_CRC") == name && (crcKind(k) != crcFold4 || haveFold4) {
