@@ -171,7 +171,7 @@ func Finish(buf []byte, bthOff, n int, f Framing, a *Addr) ([]byte, error) {
 	first := off
 	switch a.Kind {
 	case KindRoCEv2IPv4, KindRoCEv2IPv6:
-		if _, err := a.encodeIPUDP(buf[off:bthOff], n); err != nil {
+		if _, err := a.encodeIPUDP(buf[off:bthOff+4], n); err != nil {
 			return nil, err
 		}
 	case KindRoCEv1:
@@ -218,6 +218,11 @@ func Finish(buf []byte, bthOff, n int, f Framing, a *Addr) ([]byte, error) {
 
 // encodeIPUDP writes the IPv4/IPv6 and UDP headers (UDP checksum 0) of a
 // RoCEv2 packet whose BTH..pad is n bytes into h, and returns their length.
+// When h goes on past the headers it holds the first 4 bytes of the BTH,
+// and an IPv4 packet's headers are written with them as four 8-byte words,
+// the words the ICRC's prefix then loads (prefixCRC): each load is then
+// forwarded from one store instead of waiting for two to commit, behind
+// the payload copied just before.
 func (a *Addr) encodeIPUDP(h []byte, n int) (int, error) {
 	udpLen := UDPLen + n + ICRCLen
 	switch a.Kind {
@@ -230,9 +235,18 @@ func (a *Addr) encodeIPUDP(h []byte, n int) (int, error) {
 			return 0, ErrTooLong
 		}
 		s4, d4 := src.As4(), dst.As4()
-		IPv4(h).encode(a.TrafficClass, uint16(IPv4Len+udpLen), a.IPID, a.DontFragment, a.HopLimit, IPProtoUDP,
-			binary.BigEndian.Uint32(s4[:]), binary.BigEndian.Uint32(d4[:]))
-		encodeUDP(h[IPv4Len:], a.SrcPort, udpLen)
+		src4, dst4 := binary.BigEndian.Uint32(s4[:]), binary.BigEndian.Uint32(d4[:])
+		if len(h) < IPv4Len+UDPLen+4 {
+			IPv4(h).encode(a.TrafficClass, uint16(IPv4Len+udpLen), a.IPID, a.DontFragment, a.HopLimit, IPProtoUDP, src4, dst4)
+			encodeUDP(h[IPv4Len:], a.SrcPort, udpLen)
+			return IPv4Len + UDPLen, nil
+		}
+		w0, w1 := ipv4Words(a.TrafficClass, uint16(IPv4Len+udpLen), a.IPID, a.DontFragment, a.HopLimit, IPProtoUDP, src4, dst4)
+		bth0 := binary.BigEndian.Uint32(h[IPv4Len+UDPLen:])
+		binary.BigEndian.PutUint64(h[0:], w0)
+		binary.BigEndian.PutUint64(h[8:], w1)
+		binary.BigEndian.PutUint64(h[16:], uint64(dst4)<<32|uint64(a.SrcPort)<<16|RoCEv2Port)
+		binary.BigEndian.PutUint64(h[24:], uint64(uint16(udpLen))<<48|uint64(bth0))
 		return IPv4Len + UDPLen, nil
 	case KindRoCEv2IPv6:
 		if !a.SrcIP.Is6() || !a.DstIP.Is6() || a.FlowLabel > 0xFFFFF {

@@ -249,18 +249,25 @@ func (h IPv4) Encode(f *IPv4Fields) {
 // every store before it (a 4 KiB payload copy, in Finish) to drain.
 func (h IPv4) encode(tos uint8, totalLength, id uint16, df bool, ttl, proto uint8, src, dst uint32) {
 	_ = h[IPv4Len-1]
+	w0, w1 := ipv4Words(tos, totalLength, id, df, ttl, proto, src, dst)
+	binary.BigEndian.PutUint64(h[0:], w0)
+	binary.BigEndian.PutUint64(h[8:], w1)
+	binary.BigEndian.PutUint32(h[16:], dst)
+}
+
+// ipv4Words returns the first 16 bytes of an IPv4 header without options,
+// checksum included, as two big-endian words; bytes 16-19 are dst.
+func ipv4Words(tos uint8, totalLength, id uint16, df bool, ttl, proto uint8, src, dst uint32) (w0, w1 uint64) {
 	var fl uint16
 	if df {
 		fl = ipv4FlagDF
 	}
-	w0 := 0x45<<56 | uint64(tos)<<48 | uint64(totalLength)<<32 | uint64(id)<<16 | uint64(fl)
+	w0 = 0x45<<56 | uint64(tos)<<48 | uint64(totalLength)<<32 | uint64(id)<<16 | uint64(fl)
 	ttlProto := uint64(ttl)<<8 | uint64(proto)
 	// The one's complement sum of the header's 16-bit words, checksum 0.
 	sum := w0>>48 + w0>>32&0xFFFF + w0>>16&0xFFFF + w0&0xFFFF + ttlProto +
 		uint64(src>>16) + uint64(src&0xFFFF) + uint64(dst>>16) + uint64(dst&0xFFFF)
-	binary.BigEndian.PutUint64(h[0:], w0)
-	binary.BigEndian.PutUint64(h[8:], ttlProto<<48|uint64(^checksumFold(sum))<<32|uint64(src))
-	binary.BigEndian.PutUint32(h[16:], dst)
+	return w0, ttlProto<<48 | uint64(^checksumFold(sum))<<32 | uint64(src)
 }
 
 // IPv6 is a view of an IPv6 fixed header (RFC 8200). Call IsValid first.
