@@ -218,11 +218,11 @@ func Finish(buf []byte, bthOff, n int, f Framing, a *Addr) ([]byte, error) {
 
 // encodeIPUDP writes the IPv4/IPv6 and UDP headers (UDP checksum 0) of a
 // RoCEv2 packet whose BTH..pad is n bytes into h, and returns their length.
-// When h goes on past the headers it holds the first 4 bytes of the BTH,
-// and an IPv4 packet's headers are written with them as four 8-byte words,
-// the words the ICRC's prefix then loads (prefixCRC): each load is then
-// forwarded from one store instead of waiting for two to commit, behind
-// the payload copied just before.
+// For IPv4, h must go on for 4 bytes past the headers (the BTH's first 4
+// in a frame, scratch otherwise): the headers are written with them as
+// four 8-byte words, the words the ICRC's prefix then loads (prefixCRC),
+// so that each load is forwarded from one store instead of waiting for two
+// to commit, behind the payload copied just before.
 func (a *Addr) encodeIPUDP(h []byte, n int) (int, error) {
 	udpLen := UDPLen + n + ICRCLen
 	switch a.Kind {
@@ -236,13 +236,8 @@ func (a *Addr) encodeIPUDP(h []byte, n int) (int, error) {
 		}
 		s4, d4 := src.As4(), dst.As4()
 		src4, dst4 := binary.BigEndian.Uint32(s4[:]), binary.BigEndian.Uint32(d4[:])
-		if len(h) < IPv4Len+UDPLen+4 {
-			IPv4(h).encode(a.TrafficClass, uint16(IPv4Len+udpLen), a.IPID, a.DontFragment, a.HopLimit, IPProtoUDP, src4, dst4)
-			encodeUDP(h[IPv4Len:], a.SrcPort, udpLen)
-			return IPv4Len + UDPLen, nil
-		}
 		w0, w1 := ipv4Words(a.TrafficClass, uint16(IPv4Len+udpLen), a.IPID, a.DontFragment, a.HopLimit, IPProtoUDP, src4, dst4)
-		bth0 := binary.BigEndian.Uint32(h[IPv4Len+UDPLen:])
+		bth0 := binary.BigEndian.Uint32(h[IPv4Len+UDPLen : IPv4Len+UDPLen+4])
 		binary.BigEndian.PutUint64(h[0:], w0)
 		binary.BigEndian.PutUint64(h[8:], w1)
 		binary.BigEndian.PutUint64(h[16:], uint64(dst4)<<32|uint64(a.SrcPort)<<16|RoCEv2Port)

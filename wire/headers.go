@@ -234,29 +234,26 @@ type IPv4Fields struct {
 }
 
 // Encode writes a 20-byte header from f, including the header checksum.
-func (h IPv4) Encode(f *IPv4Fields) {
-	h.encode(f.TOS, f.TotalLength, f.ID, f.DontFragment, f.TTL, f.Protocol,
-		binary.BigEndian.Uint32(f.Src[:]), binary.BigEndian.Uint32(f.Dst[:]))
-}
-
-// encode is Encode with the fields as arguments, for Finish, which has them
-// in registers. The checksum is summed from the fields, and the header goes
-// out in three stores (8, 8 and 4 bytes). Summed back from the header's
+// The checksum is summed from the fields (ipv4Words) and the header goes
+// out as three stores (8, 8 and 4 bytes): summed back from the header's
 // bytes, it was loaded as words just after being stored as bytes and
-// half-words, and a field struct built for the call was loaded with wider
-// loads than its fields' stores (the compiler merges TTL and protocol into
-// one 16-bit load): loads the store buffer cannot forward, each a wait for
-// every store before it (a 4 KiB payload copy, in Finish) to drain.
-func (h IPv4) encode(tos uint8, totalLength, id uint16, df bool, ttl, proto uint8, src, dst uint32) {
+// half-words, loads the store buffer cannot forward.
+func (h IPv4) Encode(f *IPv4Fields) {
 	_ = h[IPv4Len-1]
-	w0, w1 := ipv4Words(tos, totalLength, id, df, ttl, proto, src, dst)
+	dst := binary.BigEndian.Uint32(f.Dst[:])
+	w0, w1 := ipv4Words(f.TOS, f.TotalLength, f.ID, f.DontFragment, f.TTL, f.Protocol,
+		binary.BigEndian.Uint32(f.Src[:]), dst)
 	binary.BigEndian.PutUint64(h[0:], w0)
 	binary.BigEndian.PutUint64(h[8:], w1)
 	binary.BigEndian.PutUint32(h[16:], dst)
 }
 
 // ipv4Words returns the first 16 bytes of an IPv4 header without options,
-// checksum included, as two big-endian words; bytes 16-19 are dst.
+// checksum included, as two big-endian words; bytes 16-19 are dst. It
+// takes the fields as arguments, not as an IPv4Fields, for Finish, which
+// has them in registers: the compiler read such a struct, built for the
+// call, back with a 16-bit load of its byte-stored TTL and protocol, a
+// load the store buffer cannot forward, waiting behind the payload copy.
 func ipv4Words(tos uint8, totalLength, id uint16, df bool, ttl, proto uint8, src, dst uint32) (w0, w1 uint64) {
 	var fl uint16
 	if df {

@@ -35,13 +35,14 @@
 // (4096 less the 256-byte XDP headroom the kernel reserves in copy mode);
 // Linux before 6.6 has no multi-buffer AF_XDP, so a larger frame cannot be
 // received here at all. Recv copies each frame out and returns its chunk
-// to the fill ring at once; a frame longer than the caller's buffer stays
+// to the fill ring at once. A frame longer than the caller's buffer stays
 // at the head of the RX ring (NextLen gives its length) until a Recv with
 // a buffer that holds it takes it, so that nothing is dropped for want of
 // a larger buffer (the afpacket link takes a peer's short-run super-frame
-// into a chunk-sized one of its own and splits it); Send copies each frame into a free TX chunk,
-// queues its descriptor and kicks the kernel once per batch (sendto with
-// no data), which transmits in the system call in copy mode.
+// into a chunk-sized one of its own and splits it). Send copies each frame
+// into a free TX chunk, queues its descriptor and kicks the kernel once
+// per batch (sendto with no data), which transmits in the system call in
+// copy mode.
 //
 // Concurrency: Recv (and Ready) run in one goroutine at a time, Send in
 // one at a time; the two may run concurrently (separate rings, separate
