@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/bench/exchange"
@@ -60,6 +61,10 @@ type Session struct {
 	// spinStop and spinDone run a passive server's busy-poll goroutine
 	// (spinPassive); nil when none runs.
 	spinStop, spinDone chan struct{}
+
+	// progress counts the polls that found completions and the RDMA
+	// WRITEs a write_lat side saw arrive, for watchStall.
+	progress atomic.Uint64
 }
 
 // qpRes is one QP and its buffer: [0, bufSize) is the local source of
@@ -478,9 +483,11 @@ func (s *Session) Close() {
 	s.scq, s.rcq, s.srq, s.pd = nil, nil, nil, nil
 }
 
-// ErrStalled is wrapped by the error of a UC or UD run whose messages
-// stopped arriving before the last one (a bandwidth server, either side
-// of a latency test).
+// ErrStalled is wrapped by the error of a run whose messages stopped
+// arriving before the last one: a UC or UD bandwidth server, either side
+// of a latency test, an RC run that made no progress for rcStall, or a
+// timed or infinite run whose WRs did not complete within drainWait of its
+// end.
 var ErrStalled = errors.New("bench: messages stopped arriving")
 
 // drainWait bounds how long an infinite run's client waits, once stopped,
@@ -490,6 +497,54 @@ var drainWait = 5 * time.Second
 // unreliableStall is how long a UC or UD run waits for the next message
 // before it gives up (perftest's check_alive: 60 s).
 var unreliableStall = 60 * time.Second
+
+// rcStall is how long an RC run goes without a completion (or, in
+// write_lat, an arriving RDMA WRITE) before it gives up: perftest's retry
+// count 7 retries forever, as rxe's does, so a peer that died or stopped
+// answering never fails the WRs and the run would wait for good (perftest
+// on rxe does). The same minute as perftest's check_alive.
+var rcStall = 60 * time.Second
+
+// watchStall returns ctx, canceled with an error wrapping ErrStalled when
+// an RC run makes no progress (Session.progress) for rcStall, or for a
+// rate-limited run four of its bursts' gaps if that is longer; stop ends
+// the watch. UC and UD runs have their own deadlines (unreliableStall).
+func (s *Session) watchStall(ctx context.Context, size int) (context.Context, func()) {
+	if s.p.Conn != hca.RC {
+		return ctx, func() {}
+	}
+	limit := rcStall
+	if rl := newRateLimiter(&s.p, size); rl != nil {
+		limit = max(limit, 4*rl.gap)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(max(limit/8, time.Millisecond))
+		defer t.Stop()
+		last, since := s.progress.Load(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-wctx.Done():
+				return
+			case now := <-t.C:
+				if n := s.progress.Load(); n != last {
+					last, since = n, now
+				} else if now.Sub(since) >= limit {
+					cancel(fmt.Errorf("%w: no completion for %v: the peer stopped answering (an RC QP with perftest's retry count 7 retries forever, as rxe's does)",
+						ErrStalled, limit.Round(time.Millisecond)))
+					return
+				}
+			}
+		}
+	}()
+	return wctx, func() {
+		close(done)
+		cancel(nil)
+	}
+}
 
 // Result is one size's measurement: BW for bandwidth tests, Lat for
 // latency tests. Passive sides (the server of write/read/atomic bw and
@@ -513,6 +568,24 @@ func (s *Session) Run(ctx context.Context, size int) (Result, error) {
 	if len(s.qps) == 0 || s.qps[0].wr.SGL == nil || int(s.qps[0].sgl[0].Length) != size {
 		return Result{}, fmt.Errorf("bench: Run(%d) without Ready(%d)", size, size)
 	}
+	passive := (!s.client && !s.p.Duplex && (s.p.Mode == ModeWriteBW || s.p.Mode == ModeReadBW || s.p.Mode == ModeAtomicBW)) ||
+		(!s.client && s.p.Mode == ModeReadLat)
+	if !passive {
+		wctx, stop := s.watchStall(ctx, size)
+		defer stop()
+		r, err := s.run(wctx, size)
+		if err != nil && ctx.Err() == nil {
+			if c := context.Cause(wctx); errors.Is(c, ErrStalled) {
+				err = c
+			}
+		}
+		return r, err
+	}
+	return s.run(ctx, size)
+}
+
+// run is Run's switch over the modes.
+func (s *Session) run(ctx context.Context, size int) (Result, error) {
 	switch s.p.Mode {
 	case ModeSendBW:
 		if s.p.Duplex {
@@ -677,6 +750,7 @@ func (s *Session) pollOnce(cq *hca.CQ) ([]hca.WC, error) {
 	if err != nil || n == 0 {
 		return nil, err
 	}
+	s.progress.Add(1)
 	if err := s.checkWCs(s.wcs[:n]); err != nil {
 		return nil, err
 	}
@@ -765,6 +839,27 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 		pr.w = nil // the interval lines say it
 	}
 	rl := newRateLimiter(p, size)
+	// untilStop is ctx, done when a timed run's time is up or an infinite
+	// run is stopped: a wait for completions that never come (the peer
+	// gone, the TX depth full) must still see the end of the run.
+	untilStop := ctx
+	switch {
+	case p.Infinite && s.Stop != nil:
+		c, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-s.Stop:
+				cancel()
+			case <-c.Done():
+			}
+		}()
+		untilStop = c
+	case !p.Infinite && p.Duration > 0:
+		c, cancel := context.WithDeadline(ctx, start.Add(p.Duration))
+		defer cancel()
+		untilStop = c
+	}
 	for {
 		throttled := false // the rate limiter held a WR back
 		if posting {
@@ -797,6 +892,9 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 				}
 			}
 			if stop {
+				if stoppedAt.IsZero() {
+					stoppedAt = time.Now()
+				}
 				// Stop once every QP has posted a whole moderation group,
 				// whose last WR is signaled.
 				posting, total = false, 0
@@ -819,14 +917,20 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 			}
 		}
 		wctx, cancel := ctx, context.CancelFunc(nil)
+		grace, untilStopped := false, false
 		switch {
-		case p.Infinite && !posting:
-			if stoppedAt.IsZero() {
-				stoppedAt = time.Now()
-			}
+		case p.Infinite && !stoppedAt.IsZero():
 			wctx, cancel = context.WithDeadline(ctx, stoppedAt.Add(drainWait))
 		case recv && p.Duration > 0 && done >= total && !posting:
 			wctx, cancel = context.WithDeadline(ctx, start.Add(p.Duration+time.Second))
+			grace = true
+		case p.Duration > 0 && !stoppedAt.IsZero():
+			// The time is up: what is outstanding has drainWait to
+			// complete (with the TX depth full and no completions, the
+			// last moderation group cannot even be posted whole).
+			wctx, cancel = context.WithDeadline(ctx, stoppedAt.Add(drainWait))
+		case posting && untilStop != ctx:
+			wctx, untilStopped = untilStop, true
 		}
 		var wcs []hca.WC
 		var err error
@@ -840,14 +944,17 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 		if cancel != nil {
 			cancel()
 			if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-				if p.Infinite {
-					// perftest's retry count 7 retries forever (as rxe's
-					// does): a peer gone for good never fails the WRs.
-					return BWResult{}, fmt.Errorf("%w: %d WRs still outstanding %v after the stop: the peer stopped answering",
-						ErrStalled, total-done, drainWait)
+				if grace {
+					break // the grace second passed
 				}
-				break // the grace second passed
+				// perftest's retry count 7 retries forever (as rxe's
+				// does): a peer gone for good never fails the WRs.
+				return BWResult{}, fmt.Errorf("%w: %d WRs still outstanding %v after the stop: the peer stopped answering",
+					ErrStalled, s.outstanding(), drainWait)
 			}
+		}
+		if err != nil && untilStopped && ctx.Err() == nil && untilStop.Err() != nil {
+			continue // the run's end: stop posting, then drain
 		}
 		if err != nil {
 			return BWResult{}, err
@@ -893,6 +1000,15 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 	}
 	done, el = s.sampled(done, el)
 	return s.bwResult(size, done, el), nil
+}
+
+// outstanding is how many WRs the QPs posted that have not completed.
+func (s *Session) outstanding() int {
+	n := 0
+	for _, r := range s.qps {
+		n += r.scnt - r.ccnt
+	}
+	return n
 }
 
 // sampled narrows a Duration run's count and time to perftest's sample
@@ -1343,6 +1459,7 @@ func (s *Session) waitWrite(ctx context.Context, r *qpRes, i int, deadline time.
 			return false, err
 		}
 		if b[0] == byte(i) {
+			s.progress.Add(1)
 			return true, nil
 		}
 		if n&1023 == 1023 {
