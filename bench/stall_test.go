@@ -45,8 +45,13 @@ func TestRCRunPeerGone(t *testing.T) {
 			if err := srv.Ready(tc.p.Size); err != nil {
 				t.Fatal(err)
 			}
-			time.AfterFunc(100*time.Millisecond, srv.Close) // its QPs go: nothing answers
+			closed := make(chan struct{})
+			time.AfterFunc(100*time.Millisecond, func() {
+				srv.Close() // its QPs go: nothing answers
+				close(closed)
+			})
 			_, err := cli.Run(testCtx(t), tc.p.Size)
+			<-closed // before the cleanup's Close
 			if !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Run after the peer went: %v, want ErrStalled saying %q", err, tc.want)
 			}
