@@ -568,23 +568,38 @@ func (s *Session) Run(ctx context.Context, size int) (Result, error) {
 	if len(s.qps) == 0 || s.qps[0].wr.SGL == nil || int(s.qps[0].sgl[0].Length) != size {
 		return Result{}, fmt.Errorf("bench: Run(%d) without Ready(%d)", size, size)
 	}
-	passive := (!s.client && !s.p.Duplex && (s.p.Mode == ModeWriteBW || s.p.Mode == ModeReadBW || s.p.Mode == ModeAtomicBW)) ||
-		(!s.client && s.p.Mode == ModeReadLat)
-	if !passive {
-		wctx, stop := s.watchStall(ctx, size)
-		defer stop()
-		r, err := s.run(wctx, size)
-		if err != nil && ctx.Err() == nil {
-			if c := context.Cause(wctx); errors.Is(c, ErrStalled) {
-				err = c
-			}
-		}
-		return r, err
+	if s.passive() {
+		s.spinPassive()
+		return Result{Passive: true}, nil
 	}
-	return s.run(ctx, size)
+	wctx, stop := s.watchStall(ctx, size)
+	defer stop()
+	r, err := s.run(wctx, size)
+	if err != nil && ctx.Err() == nil {
+		if c := context.Cause(wctx); errors.Is(c, ErrStalled) {
+			err = c
+		}
+	}
+	return r, err
 }
 
-// run is Run's switch over the modes.
+// passive reports whether this side posts nothing and polls no CQ while
+// its peer runs: the server of write/read/atomic bw (unless -b) and of
+// read_lat, whose HCA alone answers.
+func (s *Session) passive() bool {
+	if s.client {
+		return false
+	}
+	switch s.p.Mode {
+	case ModeWriteBW, ModeReadBW, ModeAtomicBW:
+		return !s.p.Duplex
+	case ModeReadLat:
+		return true
+	}
+	return false
+}
+
+// run is Run's switch over the modes of an active side.
 func (s *Session) run(ctx context.Context, size int) (Result, error) {
 	switch s.p.Mode {
 	case ModeSendBW:
@@ -599,10 +614,6 @@ func (s *Session) run(ctx context.Context, size int) (Result, error) {
 		r, err := s.sendServer(ctx, size)
 		return Result{BW: r}, err
 	case ModeWriteBW, ModeReadBW, ModeAtomicBW:
-		if !s.client && !s.p.Duplex {
-			s.spinPassive()
-			return Result{Passive: true}, nil
-		}
 		if s.p.WarmUp {
 			if err := s.warmUp(ctx); err != nil {
 				return Result{}, err
@@ -617,10 +628,6 @@ func (s *Session) run(ctx context.Context, size int) (Result, error) {
 		r, err := s.latPingPong(ctx, size, s.waitWrite)
 		return Result{Lat: r}, err
 	default: // ModeReadLat
-		if !s.client {
-			s.spinPassive()
-			return Result{Passive: true}, nil
-		}
 		r, err := s.latRead(ctx, size)
 		return Result{Lat: r}, err
 	}
@@ -845,15 +852,8 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 	untilStop := ctx
 	switch {
 	case p.Infinite && s.Stop != nil:
-		c, cancel := context.WithCancel(ctx)
+		c, cancel := s.untilStopped(ctx)
 		defer cancel()
-		go func() {
-			select {
-			case <-s.Stop:
-				cancel()
-			case <-c.Done():
-			}
-		}()
 		untilStop = c
 	case !p.Infinite && p.Duration > 0:
 		c, cancel := context.WithDeadline(ctx, start.Add(p.Duration))
@@ -1002,6 +1002,20 @@ func (s *Session) bwLoop(ctx context.Context, size int, recv bool) (BWResult, er
 	return s.bwResult(size, done, el), nil
 }
 
+// untilStopped returns ctx, also done once Stop closes (an infinite run
+// stopped), and its cancel.
+func (s *Session) untilStopped(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.Stop:
+			cancel()
+		case <-c.Done():
+		}
+	}()
+	return c, cancel
+}
+
 // outstanding is how many WRs the QPs posted that have not completed.
 func (s *Session) outstanding() int {
 	n := 0
@@ -1144,15 +1158,8 @@ func (s *Session) sendServer(ctx context.Context, size int) (BWResult, error) {
 	runCtx := ctx
 	if p.Infinite {
 		var cancel context.CancelFunc
-		runCtx, cancel = context.WithCancel(ctx)
+		runCtx, cancel = s.untilStopped(ctx)
 		defer cancel()
-		go func() {
-			select {
-			case <-s.Stop:
-				cancel()
-			case <-runCtx.Done():
-			}
-		}()
 	}
 	for p.Duration > 0 || done < total {
 		wctx := runCtx
