@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 
 	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/wire"
@@ -72,56 +71,23 @@ func (ah *AH) Destroy() error {
 	return nil
 }
 
-type ahTable struct {
-	mu    sync.RWMutex
-	slots []*AH
-	free  []uint32
-	n     int
-}
+// ahTable maps handles to AHs; lookups take no lock (slotTable): a UD
+// QP looks up the AH of every packet it sends.
+type ahTable struct{ slotTable[AH] }
 
 func (t *ahTable) add(ah *AH, max int) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n >= max {
-		return fmt.Errorf("%w: max_ah %d", ErrLimit, max)
-	}
-	if len(t.slots) == 0 {
-		t.slots = append(t.slots, nil) // handle 0 is never valid
-	}
-	var idx uint32
-	if k := len(t.free); k > 0 {
-		idx = t.free[k-1]
-		t.free = t.free[:k-1]
-	} else {
-		idx = uint32(len(t.slots))
-		t.slots = append(t.slots, nil)
-	}
-	ah.index = idx
-	t.slots[idx] = ah
-	t.n++
-	return nil
+	return t.slotTable.add(ah, max, "max_ah", func(idx uint32) { ah.index = idx })
 }
 
-func (t *ahTable) remove(ah *AH) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if int(ah.index) >= len(t.slots) || t.slots[ah.index] != ah {
-		return false
-	}
-	t.slots[ah.index] = nil
-	t.free = append(t.free, ah.index)
-	t.n--
-	return true
-}
+func (t *ahTable) remove(ah *AH) bool { return t.slotTable.remove(ah, ah.index) }
 
 // lookup copies the addressing of handle h into dst.
 func (t *ahTable) lookup(h uint32, dst *wire.Addr) bool {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if int(h) >= len(t.slots) || t.slots[h] == nil {
+	ah := t.get(h)
+	if ah == nil {
 		return false
 	}
-	*dst = t.slots[h].addr
+	*dst = ah.addr
 	return true
 }
 

@@ -152,62 +152,27 @@ func (mr *MR) Dereg() error {
 }
 
 // mrTable maps key indices to MRs. Keys are index<<8 | 8-bit key, as rxe's.
-// It implements transport.Memory.
+// It implements transport.Memory. Lookups take no lock (slotTable): the
+// engines resolve a key for every packet, from every shard.
 type mrTable struct {
-	mu    sync.RWMutex
-	slots []*MR
-	free  []uint32
-	gen   uint8
-	n     int
+	slotTable[MR]
+	gen uint8 // the 8-bit key of the last MR added; under slotTable.mu
 }
 
 func (t *mrTable) add(mr *MR, max int) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n >= max {
-		return fmt.Errorf("%w: max_mr %d", ErrLimit, max)
-	}
-	var idx uint32
-	if n := len(t.free); n > 0 {
-		idx = t.free[n-1]
-		t.free = t.free[:n-1]
-	} else {
-		if len(t.slots) == 0 {
-			t.slots = append(t.slots, nil) // index 0 unused: key 0 is never valid
-		}
-		idx = uint32(len(t.slots))
-		t.slots = append(t.slots, nil)
-	}
-	t.gen++
-	key := uint32(t.gen)
-	mr.index = idx
-	mr.lkey = bth.LKey(idx<<8 | key)
-	mr.rkey = bth.RKey(idx<<8 | key)
-	t.slots[idx] = mr
-	t.n++
-	return nil
+	return t.slotTable.add(mr, max, "max_mr", func(idx uint32) {
+		t.gen++
+		mr.index = idx
+		mr.lkey = bth.LKey(idx<<8 | uint32(t.gen))
+		mr.rkey = bth.RKey(idx<<8 | uint32(t.gen))
+	})
 }
 
-func (t *mrTable) remove(mr *MR) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if int(mr.index) >= len(t.slots) || t.slots[mr.index] != mr {
-		return false
-	}
-	t.slots[mr.index] = nil
-	t.free = append(t.free, mr.index)
-	t.n--
-	return true
-}
+func (t *mrTable) remove(mr *MR) bool { return t.slotTable.remove(mr, mr.index) }
 
-// lookup must be called with t.mu held.
-func (t *mrTable) lookup(key uint32) *MR {
-	idx := key >> 8
-	if idx == 0 || int(idx) >= len(t.slots) {
-		return nil
-	}
-	return t.slots[idx]
-}
+// lookup returns the MR whose index key names, or nil; the caller checks
+// the key's 8 low bits.
+func (t *mrTable) lookup(key uint32) *MR { return t.get(key >> 8) }
 
 // errMemKey etc. are the typed reasons of a refused memory access.
 var (
@@ -219,8 +184,6 @@ var (
 )
 
 func (t *mrTable) resolve(pd uint32, key uint32, addr uint64, length uint32, need Access, local bool) ([]byte, error) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 	mr := t.lookup(key)
 	if mr == nil {
 		return nil, errMemKey
@@ -267,8 +230,6 @@ func (t *mrTable) Remote(pd uint32, rkey bth.RKey, addr uint64, length uint32, n
 // no such key, another PD, or a registered region. Accepting it would let
 // any peer that learned an R_Key revoke the region for good.
 func (t *mrTable) Invalidate(pd uint32, rkey bth.RKey) error {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 	mr := t.lookup(uint32(rkey))
 	if mr == nil || uint32(mr.rkey) != uint32(rkey) {
 		return errMemKey

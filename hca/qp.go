@@ -656,40 +656,6 @@ func (q *QP) Destroy() error {
 func (q *QP) markDestroyed() { q.destroyed.Store(true) }
 
 // qpTable maps QPNs to QPs with lock-free reads: the receive path looks up
-// every packet's destination QPN.
-type qpTable struct {
-	chunks [1 << 12]atomic.Pointer[[1 << 12]atomic.Pointer[QP]]
-}
-
-func (t *qpTable) get(qpn uint32) *QP {
-	c := t.chunks[qpn>>12&0xFFF].Load()
-	if c == nil {
-		return nil
-	}
-	return c[qpn&0xFFF].Load()
-}
-
-// set must be called with the device lock held (it serializes chunk creation).
-func (t *qpTable) set(qpn uint32, q *QP) {
-	ci := qpn >> 12 & 0xFFF
-	c := t.chunks[ci].Load()
-	if c == nil {
-		c = new([1 << 12]atomic.Pointer[QP])
-		t.chunks[ci].Store(c)
-	}
-	c[qpn&0xFFF].Store(q)
-}
-
-func (t *qpTable) each(f func(*QP)) {
-	for i := range t.chunks {
-		c := t.chunks[i].Load()
-		if c == nil {
-			continue
-		}
-		for j := range c {
-			if q := c[j].Load(); q != nil {
-				f(q)
-			}
-		}
-	}
-}
+// every packet's destination QPN. set must be called with the device lock
+// held.
+type qpTable = idTable[QP]
