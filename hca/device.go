@@ -98,6 +98,9 @@ type Counters struct {
 	RxUnsupportedQP    atomic.Uint64
 	TxErrors           atomic.Uint64
 	TxNoRoute          atomic.Uint64
+	// RxInline counts the frames an in-process peer's goroutine received
+	// for this device right after sending them (Options.NoInlinePeers).
+	RxInline atomic.Uint64
 }
 
 // Options configure Open.
@@ -145,6 +148,15 @@ type Options struct {
 	// spinning may see its completion that much later); leave it off for
 	// applications that block in CQ.Wait.
 	BusyPoll bool
+	// NoInlinePeers turns off the inline receive of in-process peers: by
+	// default, when a QP's peer is another device of this process, the
+	// goroutine that sent to it goes on to receive and process what the
+	// peer's receive queue holds (and what that makes the peer send), as
+	// Linux's loopback runs the receive in the sender's context
+	// (hca/inline.go). It matters only for connected QPs whose DGID is a
+	// GID of another device of this process, and applies only while both
+	// devices leave it on.
+	NoInlinePeers bool
 }
 
 // BusyPolling reports whether CQ.Poll receives from the link itself

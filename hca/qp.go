@@ -83,6 +83,9 @@ type QP struct {
 	// from RTR on.
 	path   wire.Addr
 	pathOK bool
+	// inlineTo is the receive queue of the in-process device the path
+	// leads to, if any (inline.go; under mu).
+	inlineTo *reader
 
 	destroyed atomic.Bool
 	fatal     atomic.Bool // EventQPFatal raised (CQ.overrun)
@@ -408,11 +411,15 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, dst netip.Addr, 
 	if q.pathOK && d.sport == 0 && q.attr.DestQPN != 0 {
 		q.path.SrcPort = wire.UDPSourcePort(q.qpn, q.attr.DestQPN)
 	}
+	if q.pathOK && mask&(transport.AttrAV|transport.AttrDestQPN) != 0 {
+		q.inlineTo = d.rt.peerQueue(q.attr.AH.DGID, uint32(q.attr.DestQPN))
+	}
 	if to == StateReset {
 		if q.rq != nil {
 			q.rq.clear()
 		}
 		q.pathOK = false
+		q.inlineTo = nil
 	}
 	q.checkDrained() // an empty send queue is drained at once
 	return q.typ == RC && (to == StateRTS || to == StateSQD), dst, nil

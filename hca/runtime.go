@@ -81,6 +81,7 @@ type runtime struct {
 
 	shards  []*shard
 	readers []*reader
+	procs   int // GOMAXPROCS when the runtime started
 
 	// anyDeferred is set when some shard's deferred flag may be set: the
 	// busy-poll path checks it with one load. deferredAt is when it was.
@@ -124,6 +125,17 @@ type reader struct {
 	// handoff times the reader goroutine's turns away from a busy poller
 	// (reader goroutine only; one timer, not one per turn).
 	handoff *time.Timer
+
+	// In-process peers (inline.go): inlined is set once a peer has read
+	// this queue inline, from when its goroutine stands aside as for a
+	// busy poller; wakeCh ends a stand-aside. inline (under mu) says the
+	// batch being processed is a peer's inline receive.
+	inlined atomic.Bool
+	wakeCh  chan struct{}
+	inline  bool
+	// pending is set by a peer that found mu taken: whoever holds it
+	// reads once more before resting.
+	pending atomic.Bool
 }
 
 // shard is one transmit context: a lock, the QPs with work, their timers,
@@ -161,6 +173,12 @@ type shard struct {
 	deferred   atomic.Bool
 	deferTimer *time.Timer
 	deferDue   atomic.Int64 // transport.Time at which deferTimer fires
+
+	// inl is the in-process peers' receive queues the pump sent to since
+	// the last takeInline (under mu; inline.go); lastInline is when the
+	// shard last sent to one (transport.Time).
+	inl        []*reader
+	lastInline atomic.Int64
 }
 
 // shardCount is how many shards a device on ep runs for Options.Shards n.
@@ -200,6 +218,7 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 			s.txBuf[i] = make([]byte, rt.lhr+headroom+frameSize)
 		}
 		s.txOut = make([][]byte, 0, b)
+		s.inl = make([]*reader, 0, maxInline)
 		rt.shards = append(rt.shards, s)
 	}
 	// With several shards, let the link sort received packets by QP onto
@@ -218,7 +237,8 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 		}
 	}
 	for _, l := range links {
-		r := &reader{rt: rt, r: l, bufs: make([][]byte, b), sizes: make([]int, b), fed: make([]*shard, 0, nShards)}
+		r := &reader{rt: rt, r: l, bufs: make([][]byte, b), sizes: make([]int, b), fed: make([]*shard, 0, nShards),
+			wakeCh: make(chan struct{}, 1)}
 		r.poller, _ = l.(link.Poller)
 		r.viewer, _ = l.(link.Viewer)
 		r.feedFn = r.feed
@@ -244,6 +264,8 @@ func (rt *runtime) start() {
 	if rt.d.opts.BusyPoll {
 		registerBusyPoller(rt, true)
 	}
+	rt.procs = goruntime.GOMAXPROCS(0)
+	rt.registerInproc(true)
 	rt.wg.Add(len(rt.readers) + len(rt.shards))
 	for _, r := range rt.readers {
 		go r.run()
@@ -258,6 +280,7 @@ func (rt *runtime) stop() error {
 		registerBusyPoller(rt, false)
 		rt.flushDeferred(false) // keep deferring.n balanced
 	}
+	rt.registerInproc(false)
 	close(rt.done)
 	for _, s := range rt.shards {
 		s.deferTimer.Stop()
@@ -280,10 +303,28 @@ func (rt *runtime) kick(q *QP, now transport.Time) {
 		// this round leaves over is for its next Poll, not for a worker
 		// woken per round.
 		s.pump(now, rt.d.opts.BusyPoll)
-		s.mu.Unlock()
+		s.unlockInline(postInlineRounds)
 		return
 	}
 	s.ring()
+}
+
+// unlockInline releases s.mu, then receives inline what the pump sent to
+// in-process peers (inline.go), for at most rounds batches.
+func (s *shard) unlockInline(rounds int) {
+	if len(s.inl) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	if !s.rt.inlineNow() {
+		s.wakeInline()
+		s.mu.Unlock()
+		return
+	}
+	var c inlineSet
+	s.takeInline(&c)
+	s.mu.Unlock()
+	runInline(&c, rounds)
 }
 
 // deepPipe is the number of unacknowledged packets from which a QP's
@@ -345,14 +386,14 @@ func (r *reader) run() {
 			// poller holding r.mu is reading this queue right now: then
 			// stand aside at once instead of queueing on the lock, which
 			// would hand the poller's next round a wake-up to wait for.
-			busy := rt.d.opts.BusyPoll
+			busy := rt.d.opts.BusyPoll || r.inlined.Load()
 			if busy {
 				// A poller that polled since the last look is still
 				// at it: leave the queue to it without touching the
 				// socket (a read here would take packets the poller
 				// is spinning for, and answer them from this
 				// goroutine instead).
-				if r.standing && r.polled.Load() != r.seen {
+				if r.standing && r.polled.Load() != r.seen && !r.pending.Load() {
 					if !r.standAside() {
 						return
 					}
@@ -369,7 +410,11 @@ func (r *reader) run() {
 				r.mu.Lock()
 			}
 			n, err = r.readProcess(false, false)
+			again := r.pending.Swap(false)
 			r.mu.Unlock()
+			if err == nil && again {
+				continue // a peer found the queue taken meanwhile (inline.go)
+			}
 			if err == nil && n == 0 && busy && r.polled.Load() != r.seen {
 				if !r.standAside() {
 					return
@@ -414,6 +459,11 @@ func (r *reader) standAside() bool {
 	}
 	select {
 	case <-r.handoff.C:
+		return true
+	case <-r.wakeCh:
+		// A peer left work in the queue: read it now.
+		r.standing = false
+		r.handoff.Stop()
 		return true
 	case <-r.rt.done:
 		r.handoff.Stop()
@@ -467,6 +517,7 @@ func (r *reader) process(n int, deferred bool) {
 // the poller. It unlocks last.
 func (r *reader) answer(last *shard, now transport.Time, deferred bool) {
 	rt := r.rt
+	var c inlineSet
 	if last != nil {
 		// Still locked by feed.
 		if deferred {
@@ -474,6 +525,18 @@ func (r *reader) answer(last *shard, now transport.Time, deferred bool) {
 		} else {
 			// Answer at once from this goroutine.
 			last.pump(now, false)
+		}
+		if r.inline {
+			// Processing for a peer's inline receive, which does not
+			// nest: the queues this answer went to are read by their
+			// own goroutines (inline.go).
+			last.wakeInline()
+		} else if len(last.inl) > 0 {
+			if rt.inlineNow() {
+				last.takeInline(&c)
+			} else {
+				last.wakeInline()
+			}
 		}
 		last.mu.Unlock()
 	}
@@ -490,6 +553,9 @@ func (r *reader) answer(last *shard, now transport.Time, deferred bool) {
 	r.fed = r.fed[:0]
 	if deferred && last != nil {
 		rt.markDeferred(now)
+	}
+	if c.n > 0 {
+		runInline(&c, inlineRounds)
 	}
 }
 
@@ -641,7 +707,7 @@ func (rt *runtime) flushDeferred(polled bool) {
 		}
 		if s.mu.TryLock() {
 			s.pump(rt.d.now(), polled)
-			s.mu.Unlock()
+			s.unlockInline(postInlineRounds)
 		} else {
 			s.deferred.Store(false)
 			s.ring()
@@ -665,7 +731,7 @@ func (s *shard) runWorker() {
 		now := rt.d.now()
 		s.pump(now, false)
 		wait := s.arm(now)
-		s.mu.Unlock()
+		s.unlockInline(inlineRounds)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -910,13 +976,23 @@ func (s *shard) transmit(now transport.Time) {
 	d := rt.d
 	act := s.active
 	keep := act[:0]
-	for _, q := range act {
+	queued := 0
+	for i, q := range act {
 		if q.destroyed.Load() {
 			q.active = false
 			continue
 		}
+		if queued >= cap(s.txOut) && len(s.inl) > 0 {
+			// A batch went to an in-process peer: let the caller
+			// receive it while it is in the cache (inline.go), and
+			// leave the other QPs for the next round.
+			for _, x := range act[i:] {
+				keep = append(keep, x)
+			}
+			break
+		}
 		q.mu.Lock()
-		more := false
+		more, sent := false, false
 		for k := 0; k < txBudget; k++ {
 			buf := s.txBuf[len(s.txOut)]
 			bthOff := rt.lhr + headroom
@@ -940,9 +1016,15 @@ func (s *shard) transmit(now transport.Time) {
 				continue
 			}
 			s.queueFrame(buf, bthOff, n, addr)
+			sent = true
+			queued++
 			if k == txBudget-1 {
 				more = true
 			}
+		}
+		if sent && q.inlineTo != nil {
+			s.addInline(q.inlineTo)
+			s.markInline(now)
 		}
 		s.schedule(q)
 		q.checkDrained() // UC and UD complete as they send
