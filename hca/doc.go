@@ -7,7 +7,10 @@
 // decode them, verify the ICRC, demultiplex by destination QPN and feed the
 // engines, and per-shard workers that fire the engines' timers and write
 // their packets in batches. QPs are spread over shards by QPN so that they
-// run on several cores (runtime.go has the details; Options.Shards).
+// run on several cores (runtime.go has the details; Options.Shards). When
+// the peer of a connection is another device of the same process, the
+// goroutine that sent a batch also receives it from the peer's queue while
+// it is in the cache (inline.go; Options.NoInlinePeers).
 //
 // Layering: hca imports transport, wire, bth and hca/link (the interface
 // only; backends are constructed by the caller). It never touches header

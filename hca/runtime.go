@@ -39,6 +39,10 @@ package hca
 // as rxe runs every QP's tasks. Lock order: a shard's lock before
 // a QP's lock; nobody holds two shard locks.
 //
+//  5. When a QP's peer is another device of this process, the goroutine
+//     that pumped a batch to it goes on to receive and process that batch
+//     from the peer's receive queue (inline.go).
+//
 // There is no goroutine per QP and no channel operation per packet.
 
 import (
