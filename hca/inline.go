@@ -220,7 +220,8 @@ func (s *shard) markInline(now transport.Time) {
 // them (GOMAXPROCS, at most one per shard). With fewer, the sender and the
 // peer's reader goroutine are better off as a pipeline on two cores: the
 // inline receive, which would run both halves on one, cost a single
-// write_bw or send_bw stream 5-20 % on two cores (session 34).
+// write_bw stream ~30 % and a single send_bw stream ~20 % on two cores
+// (session 34).
 func (rt *runtime) inlineNow() bool {
 	need := min(rt.procs, len(rt.shards))
 	if need <= 1 {
