@@ -30,12 +30,7 @@ func udpDevices(t *testing.T, opts hca.Options) (*hca.Device, *hca.Device) {
 // busy-polling HCA.
 func udpEndpoints(t *testing.T, busyA, busyB bool) (ea, eb *udp.Endpoint) {
 	t.Helper()
-	netcfg.SkipUnlessRoot(t)
-	ns, err := netcfg.NewNetNS("")
-	if err != nil {
-		t.Fatalf("network namespace: %v", err)
-	}
-	t.Cleanup(func() { ns.Close() })
+	ns := testNS(t)
 	if err := ns.Do(func() error {
 		var err error
 		if ea, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("127.0.0.1"), BusyPoll: busyA}); err != nil {
@@ -47,6 +42,19 @@ func udpEndpoints(t *testing.T, busyA, busyB bool) (ea, eb *udp.Endpoint) {
 		t.Fatal(err)
 	}
 	return ea, eb
+}
+
+// testNS is a fresh network namespace, closed when t ends (the test is
+// skipped when not root).
+func testNS(t *testing.T) *netcfg.NetNS {
+	t.Helper()
+	netcfg.SkipUnlessRoot(t)
+	ns, err := netcfg.NewNetNS("")
+	if err != nil {
+		t.Fatalf("network namespace: %v", err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
 }
 
 // udpDevicesWith is udpDevices with options for each device.

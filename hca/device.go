@@ -155,7 +155,8 @@ type Options struct {
 	// Linux's loopback runs the receive in the sender's context
 	// (hca/inline.go). It matters only for connected QPs whose DGID is a
 	// GID of another device of this process, and applies only while both
-	// devices leave it on.
+	// devices leave it on. Busy-polling devices (BusyPoll) never take
+	// part: their poller receives.
 	NoInlinePeers bool
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -155,19 +156,29 @@ func connect(t testing.TB, a, b *end, mtu bth.MTU, psnA, psnB bth.PSN) {
 // waitWC polls cq until it yields one completion or the deadline passes.
 func waitWC(t testing.TB, cq *hca.CQ) hca.WC {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	wc, err := wcWithin(cq, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wc
+}
+
+// wcWithin is waitWC for goroutines other than the test's: it reports
+// what went wrong instead of failing the test.
+func wcWithin(cq *hca.CQ, d time.Duration) (hca.WC, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var wc [1]hca.WC
 	for {
 		n, err := cq.Poll(wc[:])
 		if err != nil {
-			t.Fatalf("poll: %v", err)
+			return hca.WC{}, fmt.Errorf("poll: %w", err)
 		}
 		if n == 1 {
-			return wc[0]
+			return wc[0], nil
 		}
 		if err := cq.Wait(ctx); err != nil {
-			t.Fatalf("waiting for a completion: %v", err)
+			return hca.WC{}, fmt.Errorf("waiting for a completion: %w", err)
 		}
 	}
 }

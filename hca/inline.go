@@ -63,7 +63,7 @@ var inproc struct {
 }
 
 func (rt *runtime) registerInproc(add bool) {
-	if rt.d.opts.NoInlinePeers {
+	if !rt.inlines() {
 		return
 	}
 	inproc.mu.Lock()
@@ -85,10 +85,16 @@ func (rt *runtime) registerInproc(add bool) {
 	}
 }
 
+// inlines reports whether rt takes part in inline receives. A busy-polling
+// device (Options.BusyPoll) does not: its poller receives, and defers the
+// ACK of a message so that it leaves with the application's answer, which
+// a peer's inline receive would send at once.
+func (rt *runtime) inlines() bool { return !rt.d.opts.NoInlinePeers && !rt.d.opts.BusyPoll }
+
 // peerQueue is the receive queue of the in-process device with GID dgid
 // that gets the packets for its QPN destQPN, or nil.
 func (rt *runtime) peerQueue(dgid GID, destQPN uint32) *reader {
-	if rt.d.opts.NoInlinePeers {
+	if !rt.inlines() {
 		return nil
 	}
 	inproc.mu.Lock()

@@ -2,7 +2,6 @@ package hca_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -13,7 +12,6 @@ import (
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca"
 	"github.com/goroce/goroce/hca/link/udp"
-	"github.com/goroce/goroce/hca/netcfg"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -21,12 +19,7 @@ import (
 // fresh namespace (closed when t ends).
 func udpDevicesN(t *testing.T, opts ...hca.Options) []*hca.Device {
 	t.Helper()
-	netcfg.SkipUnlessRoot(t)
-	ns, err := netcfg.NewNetNS("")
-	if err != nil {
-		t.Fatalf("network namespace: %v", err)
-	}
-	t.Cleanup(func() { ns.Close() })
+	ns := testNS(t)
 	devs := make([]*hca.Device, len(opts))
 	for i, o := range opts {
 		var ep *udp.Endpoint
@@ -47,25 +40,6 @@ func udpDevicesN(t *testing.T, opts ...hca.Options) []*hca.Device {
 		devs[i] = d
 	}
 	return devs
-}
-
-// wcWithin waits for one completion on cq, reporting an error after 30 s.
-func wcWithin(cq *hca.CQ) (hca.WC, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var wc [1]hca.WC
-	for {
-		n, err := cq.Poll(wc[:])
-		if err != nil {
-			return hca.WC{}, err
-		}
-		if n == 1 {
-			return wc[0], nil
-		}
-		if err := cq.Wait(ctx); err != nil {
-			return hca.WC{}, fmt.Errorf("no completion: %w", err)
-		}
-	}
 }
 
 // stream keeps depth RDMA WRITEs of size bytes from a to b outstanding for
@@ -91,7 +65,7 @@ func stream(a, b *end, id, size, depth, msgs int) error {
 			}
 			posted++
 		}
-		wc, err := wcWithin(a.cq)
+		wc, err := wcWithin(a.cq, 30*time.Second)
 		if err != nil {
 			return fmt.Errorf("stream %d after %d of %d: %w", id, done, msgs, err)
 		}
@@ -109,7 +83,7 @@ func stream(a, b *end, id, size, depth, msgs int) error {
 		}
 	}
 	for k := range slots {
-		wc, err := wcWithin(a.cq)
+		wc, err := wcWithin(a.cq, 30*time.Second)
 		if err != nil || wc.Status != transport.StatusSuccess || wc.WRID != uint64(1000000+k) {
 			return fmt.Errorf("stream %d read %d: %+v %v", id, k, wc, err)
 		}
@@ -127,7 +101,7 @@ func stream(a, b *end, id, size, depth, msgs int) error {
 		return err
 	}
 	for _, e := range []*end{b, a} {
-		if wc, err := wcWithin(e.cq); err != nil || wc.Status != transport.StatusSuccess {
+		if wc, err := wcWithin(e.cq, 30*time.Second); err != nil || wc.Status != transport.StatusSuccess {
 			return fmt.Errorf("stream %d closing SEND: %+v %v", id, wc, err)
 		}
 	}
