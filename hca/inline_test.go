@@ -195,3 +195,56 @@ func TestInlinePeersOneStream(t *testing.T) {
 		}
 	}
 }
+
+// The inline receive allocates nothing per message: a pipelined stream of
+// RDMA WRITEs between in-process peers (one shard each, so that it always
+// runs) allocates, over the whole process, less than one object per 100
+// messages more for 2000 messages than for 200.
+func TestInlinePeersAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counting runs thousands of messages")
+	}
+	devs := udpDevicesN(t, hca.Options{Shards: 1}, hca.Options{Shards: 1})
+	a := newEnd(t, devs[0], hca.RC, 1<<16, allAccess)
+	b := newEnd(t, devs[1], hca.RC, 1<<16, allAccess)
+	connect(t, a, b, bth.MTU4096, 1, 2)
+	wr := hca.SendWR{Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(0, 16<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	wcs := make([]hca.WC, 16)
+	run := func(msgs int) {
+		posted, done := 0, 0
+		for done < msgs {
+			for posted < msgs && posted-done < 16 {
+				if err := a.qp.PostSend(&wr); err != nil {
+					t.Fatal(err)
+				}
+				posted++
+			}
+			n, err := a.cq.Poll(wcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != transport.StatusSuccess {
+					t.Fatalf("completion %+v", wc)
+				}
+			}
+			done += n
+			if n == 0 {
+				if err := a.cq.Wait(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	run(500) // warm up
+	small := testing.AllocsPerRun(3, func() { run(200) })
+	large := testing.AllocsPerRun(3, func() { run(2000) })
+	if per := (large - small) / 1800; per > 0.01 {
+		t.Fatalf("%.3f allocations per message (%.0f for 200 messages, %.0f for 2000)", per, small, large)
+	}
+	if devs[1].Counters.RxInline.Load() == 0 {
+		t.Fatal("no frame was received inline")
+	}
+	t.Logf("allocations per run: %.0f (200 messages), %.0f (2000 messages)", small, large)
+}
