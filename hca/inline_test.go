@@ -248,3 +248,41 @@ func TestInlinePeersAllocs(t *testing.T) {
 	}
 	t.Logf("allocations per run: %.0f (200 messages), %.0f (2000 messages)", small, large)
 }
+
+// A peer closed under a stream leaves its receive queue to the senders'
+// QPs (QP.inlineTo): their retransmissions still try the inline receive,
+// which must find the closed link and go on, and the unacknowledged WRITE
+// must not complete.
+func TestInlinePeerClosed(t *testing.T) {
+	devs := udpDevicesN(t, hca.Options{Shards: 1}, hca.Options{Shards: 1})
+	a := newEnd(t, devs[0], hca.RC, 1<<16, allAccess)
+	b := newEnd(t, devs[1], hca.RC, 1<<16, allAccess)
+	rcTimeout = 8 // 1 ms: retransmissions while the test waits
+	defer func() { rcTimeout = 14 }()
+	connect(t, a, b, bth.MTU4096, 1, 2)
+	if err := stream(a, b, 0, 16<<10, 8, 50); err != nil {
+		t.Fatal(err)
+	}
+	before := devs[1].Counters.RxInline.Load()
+	if before == 0 {
+		t.Fatal("no frame was received inline before the close")
+	}
+	if err := devs[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(&hca.SendWR{ID: 99, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(0, 16<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		var wc [1]hca.WC
+		if n, err := a.cq.Poll(wc[:]); err != nil || n != 0 {
+			t.Fatalf("a WRITE to a closed peer completed: %d %+v %v", n, wc[0], err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := devs[1].Counters.RxInline.Load(); n != before {
+		t.Errorf("%d frames received inline by a closed device", n-before)
+	}
+}
