@@ -162,11 +162,20 @@ func (c *inlineSet) pop() *reader {
 	return r
 }
 
-// takeInline moves what the pump of s sent to in-process peers into c
-// (waking the goroutines of those that do not fit); s.mu must be held.
-func (s *shard) takeInline(c *inlineSet) {
+// claimInline empties the list of queues s's pump sent to (s.mu held):
+// into c, when an inline receive is to run, or else (c nil, or nested: the
+// caller processes a peer's inline batch, whose answer must not start
+// another, or not inlineNow) by waking their goroutines. Queues that do not
+// fit in c are woken too.
+func (s *shard) claimInline(c *inlineSet, nested bool) {
+	if len(s.inl) == 0 {
+		return
+	}
+	if nested || !s.rt.inlineNow() {
+		c = nil
+	}
 	for i, r := range s.inl {
-		if !c.add(r) {
+		if c == nil || !c.add(r) {
 			r.wake()
 		}
 		s.inl[i] = nil
@@ -243,16 +252,6 @@ func (rt *runtime) inlineNow() bool {
 		}
 	}
 	return false
-}
-
-// wakeInline wakes the goroutines of the queues s's pump sent to and
-// forgets them; s.mu must be held.
-func (s *shard) wakeInline() {
-	for i, r := range s.inl {
-		r.wake()
-		s.inl[i] = nil
-	}
-	s.inl = s.inl[:0]
 }
 
 // wake ends the stand-aside of r's goroutine (reader.run), so that it reads

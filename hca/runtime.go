@@ -179,7 +179,7 @@ type shard struct {
 	deferDue   atomic.Int64 // transport.Time at which deferTimer fires
 
 	// inl is the in-process peers' receive queues the pump sent to since
-	// the last takeInline (under mu; inline.go); lastInline is when the
+	// the last claimInline (under mu; inline.go); lastInline is when the
 	// shard last sent to one (transport.Time).
 	inl        []*reader
 	lastInline atomic.Int64
@@ -316,19 +316,12 @@ func (rt *runtime) kick(q *QP, now transport.Time) {
 // unlockInline releases s.mu, then receives inline what the pump sent to
 // in-process peers (inline.go), for at most rounds batches.
 func (s *shard) unlockInline(rounds int) {
-	if len(s.inl) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	if !s.rt.inlineNow() {
-		s.wakeInline()
-		s.mu.Unlock()
-		return
-	}
 	var c inlineSet
-	s.takeInline(&c)
+	s.claimInline(&c, false)
 	s.mu.Unlock()
-	runInline(&c, rounds)
+	if c.n > 0 {
+		runInline(&c, rounds)
+	}
 }
 
 // deepPipe is the number of unacknowledged packets from which a QP's
@@ -530,18 +523,9 @@ func (r *reader) answer(last *shard, now transport.Time, deferred bool) {
 			// Answer at once from this goroutine.
 			last.pump(now, false)
 		}
-		if r.inline {
-			// Processing for a peer's inline receive, which does not
-			// nest: the queues this answer went to are read by their
-			// own goroutines (inline.go).
-			last.wakeInline()
-		} else if len(last.inl) > 0 {
-			if rt.inlineNow() {
-				last.takeInline(&c)
-			} else {
-				last.wakeInline()
-			}
-		}
+		// An answer to a peer's inline batch does not nest another: the
+		// queues it went to are read by their own goroutines (inline.go).
+		last.claimInline(&c, r.inline)
 		last.mu.Unlock()
 	}
 	for i, s := range r.fed {
