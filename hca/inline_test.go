@@ -210,33 +210,7 @@ func TestInlinePeersAllocs(t *testing.T) {
 	connect(t, a, b, bth.MTU4096, 1, 2)
 	wr := hca.SendWR{Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
 		SGL: []hca.SGE{a.mr.SGE(0, 16<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
-	wcs := make([]hca.WC, 16)
-	run := func(msgs int) {
-		posted, done := 0, 0
-		for done < msgs {
-			for posted < msgs && posted-done < 16 {
-				if err := a.qp.PostSend(&wr); err != nil {
-					t.Fatal(err)
-				}
-				posted++
-			}
-			n, err := a.cq.Poll(wcs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, wc := range wcs[:n] {
-				if wc.Status != transport.StatusSuccess {
-					t.Fatalf("completion %+v", wc)
-				}
-			}
-			done += n
-			if n == 0 {
-				if err := a.cq.Wait(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	run := func(msgs int) { pipeWrites(t, a, &wr, 16, msgs) }
 	run(500) // warm up
 	small := testing.AllocsPerRun(3, func() { run(200) })
 	large := testing.AllocsPerRun(3, func() { run(2000) })

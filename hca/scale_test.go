@@ -155,37 +155,40 @@ func BenchmarkRCWrite64K(b *testing.B) {
 	connect(b, x, y, bth.MTU1024, 1, 2)
 	wr := hca.SendWR{Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
 		SGL: []hca.SGE{x.mr.SGE(0, 64<<10)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
-	const depth = 32
-	wcs := make([]hca.WC, depth)
-	run := func(iters int) {
-		posted, done := 0, 0
-		for done < iters {
-			for posted < iters && posted-done < depth {
-				if err := x.qp.PostSend(&wr); err != nil {
-					b.Fatal(err)
-				}
-				posted++
-			}
-			n, err := x.cq.Poll(wcs)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, wc := range wcs[:n] {
-				if wc.Status != transport.StatusSuccess {
-					b.Fatalf("completion %+v", wc)
-				}
-			}
-			done += n
-			if n == 0 {
-				if err := x.cq.Wait(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	}
+	run := func(iters int) { pipeWrites(b, x, &wr, 32, iters) }
 	run(64) // warm up: queues, heaps and pools reach their steady size
 	b.SetBytes(64 << 10)
 	b.ReportAllocs()
 	b.ResetTimer()
 	run(b.N)
+}
+
+// pipeWrites posts wr on x iters times, keeping depth outstanding, and
+// waits for every completion, failing tb on an error status.
+func pipeWrites(tb testing.TB, x *end, wr *hca.SendWR, depth, iters int) {
+	wcs := make([]hca.WC, depth)
+	posted, done := 0, 0
+	for done < iters {
+		for posted < iters && posted-done < depth {
+			if err := x.qp.PostSend(wr); err != nil {
+				tb.Fatal(err)
+			}
+			posted++
+		}
+		n, err := x.cq.Poll(wcs)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != transport.StatusSuccess {
+				tb.Fatalf("completion %+v", wc)
+			}
+		}
+		done += n
+		if n == 0 {
+			if err := x.cq.Wait(context.Background()); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
 }
