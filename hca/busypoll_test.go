@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -362,7 +363,20 @@ func (e *latEnd) run(iters int, client bool) error {
 // first, sent its deferred ACK in a call of its own while spinning for the
 // peer's ACK, and then its next message in another: about 1.5 calls per
 // message.)
-func TestBusyPollSendLatOneCallPerMessage(t *testing.T) {
+func TestBusyPollSendLatOneCallPerMessage(t *testing.T) { testBusyPollSendLat(t) }
+
+// Two busy-polling devices of one process on one P, each spun on by its
+// own goroutine: a spinning Poll that finds nothing must yield, or the P
+// stays with it until the scheduler preempts it, and every message waits
+// ~10 ms for its peer's poller (the run took 40 s instead of 20 ms before
+// the yield; -cpu 1 showed it). The pattern and its one sendmmsg per
+// message hold there too.
+func TestBusyPollTwoPollersOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	testBusyPollSendLat(t)
+}
+
+func testBusyPollSendLat(t *testing.T) {
 	da, db := udpDevicesWith(t, hca.Options{BusyPoll: true, Shards: 1}, hca.Options{BusyPoll: true, Shards: 1})
 	la, ea := newLatEnd(t, da)
 	lb, eb := newLatEnd(t, db)

@@ -678,7 +678,24 @@ func (rt *runtime) poll(mask uint64) bool {
 		r.mu.Unlock()
 		_ = err // the reader goroutine reports link errors
 	}
+	if !got && rt.outnumbered() {
+		// More pollers than Ps: without a yield the P stays with this
+		// one until the scheduler preempts it (10 ms), while the peer's
+		// poller, the only one that can answer, waits for it.
+		goruntime.Gosched()
+	}
 	return got
+}
+
+// outnumbered reports whether the process has more busy-polling devices
+// than Ps (GOMAXPROCS when rt started): then the goroutines spinning on
+// them may be more than the Ps too. Two devices of one process polled on
+// one P exchanged one message per preemption, ~50 a second, without the
+// yield it calls for; one poller per P (goroce bench and pingpong on one
+// P, one device each) never yields.
+func (rt *runtime) outnumbered() bool {
+	p := deferring.all.Load()
+	return p != nil && len(*p) > rt.procs
 }
 
 // flushDeferred pumps every shard a busy-poll round left deferred (or, if
