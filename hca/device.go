@@ -146,7 +146,10 @@ type Options struct {
 	// goroutines stand aside while Poll is being called (they take over
 	// again within 2 ms of the last Poll, so a CQ.Wait right after
 	// spinning may see its completion that much later); leave it off for
-	// applications that block in CQ.Wait.
+	// applications that block in CQ.Wait. While the process has more
+	// busy-polling devices than Ps (GOMAXPROCS), an empty Poll also
+	// yields the P (runtime.Gosched), so that the goroutine spinning on
+	// another of them gets to run before the scheduler preempts this one.
 	BusyPoll bool
 	// NoInlinePeers turns off the inline receive of in-process peers: by
 	// default, when a QP's peer is another device of this process, the
