@@ -368,8 +368,9 @@ func TestBusyPollSendLatOneCallPerMessage(t *testing.T) { testBusyPollSendLat(t)
 // Two busy-polling devices of one process on one P, each spun on by its
 // own goroutine: a spinning Poll that finds nothing must yield, or the P
 // stays with it until the scheduler preempts it, and every message waits
-// ~10 ms for its peer's poller (the run took 40 s instead of 20 ms before
-// the yield; -cpu 1 showed it). The pattern and its one sendmmsg per
+// ~10 ms for its peer's poller (without the yield ~50 messages went each
+// way per second, so this run's 30 s deadline passed; with it the run
+// takes a few tens of milliseconds). The pattern and its one sendmmsg per
 // message hold there too.
 func TestBusyPollTwoPollersOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
