@@ -2,7 +2,6 @@ package hca_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"runtime"
 	"sync"
@@ -186,7 +185,7 @@ func pipeWrites(tb testing.TB, x *end, wr *hca.SendWR, depth, iters int) {
 		}
 		done += n
 		if n == 0 {
-			if err := x.cq.Wait(context.Background()); err != nil {
+			if err := x.cq.Wait(tb.Context()); err != nil {
 				tb.Fatal(err)
 			}
 		}
