@@ -679,9 +679,10 @@ func (rt *runtime) poll(mask uint64) bool {
 		_ = err // the reader goroutine reports link errors
 	}
 	if !got && rt.outnumbered() {
-		// More pollers than Ps: without a yield the P stays with this
-		// one until the scheduler preempts it (10 ms), while the peer's
-		// poller, the only one that can answer, waits for it.
+		// More busy-polling devices than Ps: without a yield the P stays
+		// with this poller until the scheduler preempts it (10 ms),
+		// while another device's poller, perhaps the only one that can
+		// answer, waits for it.
 		goruntime.Gosched()
 	}
 	return got
