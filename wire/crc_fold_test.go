@@ -109,3 +109,22 @@ func FuzzFold4(f *testing.F) {
 		}
 	})
 }
+
+// TestPickCRCFold4 holds pickCRC to its rule on a CPU that runs fold4: it
+// is picked without a timing that a stall could decide, and GOROCE_CRC
+// still overrides it.
+func TestPickCRCFold4(t *testing.T) {
+	if !haveFold4 {
+		t.Skip("no AVX-512 VPCLMULQDQ on this CPU: pickCRC times the others here")
+	}
+	t.Setenv("GOROCE_CRC", "")
+	for i := range 20 {
+		if got := pickCRC(); got != crcFold4 {
+			t.Fatalf("pick %d: %s, want fold4", i, crcNames[got])
+		}
+	}
+	t.Setenv("GOROCE_CRC", "tables")
+	if got := pickCRC(); got != crcTables {
+		t.Fatalf("GOROCE_CRC=tables: picked %s", crcNames[got])
+	}
+}
