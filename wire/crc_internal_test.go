@@ -25,23 +25,40 @@ func TestSlice8Update(t *testing.T) {
 	}
 }
 
-// Whichever implementation init picked, the ICRC is the same.
+// Whichever implementation init picked, the ICRC is the same, computed in
+// place (icrcContiguous) or over headers apart from the rest (icrcCompute,
+// as Finish does): every length around fold4Prefix's threshold and its
+// 64-byte blocks, and path-MTU packets.
 func TestICRCEitherCRC(t *testing.T) {
 	saved := crcImpl
 	defer func() { crcImpl = saved }()
+	impls := []crcKind{crcTables, crcSparse}
+	if haveFold4 {
+		impls = append(impls, crcFold4)
+	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for k := KindRoCEv2IPv4; k <= KindIBGRH; k++ {
-		for _, n := range []int{maxMasked + 4, 100, 1081, 4156} {
+		lower := lowerLen(k)
+		for _, n := range append(rangeInts(maxMasked+4, 400), 1081, 4136, 4152, 4156, 4172) {
 			b := make([]byte, n)
 			for i := range b {
 				b[i] = byte(r.Uint32())
 			}
+			if n < lower+12 {
+				continue
+			}
 			crcImpl = crcLib
 			lib := icrcContiguous(k, b)
-			for impl := crcTables; impl <= crcSparse; impl++ {
+			if got := icrcCompute(k, b[:lower], b[lower:]); got != lib {
+				t.Fatalf("kind %v, %d bytes: icrcCompute %#x, icrcContiguous %#x", k, n, got, lib)
+			}
+			for _, impl := range impls {
 				crcImpl = impl
 				if got := icrcContiguous(k, b); got != lib {
 					t.Fatalf("kind %v, %d bytes: %s %#x, hash/crc32 %#x", k, n, crcNames[impl], got, lib)
+				}
+				if got := icrcCompute(k, b[:lower], b[lower:]); got != lib {
+					t.Fatalf("kind %v, %d bytes: icrcCompute with %s %#x, hash/crc32 %#x", k, n, crcNames[impl], got, lib)
 				}
 			}
 		}
