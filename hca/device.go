@@ -122,9 +122,11 @@ type Options struct {
 	// Shards is how many transmit shards the device runs. QPs are spread
 	// over them by QPN; each has its own lock, worker goroutine and link
 	// writer, so QPs on different shards build and send packets on
-	// different cores. 0 picks min(GOMAXPROCS, 4). Links that cannot
-	// transmit from several goroutines (no link.TxQueuer, e.g. a pcap tap,
-	// whose capture keeps the wire's order) always get one.
+	// different cores. 0 picks min(GOMAXPROCS, 4); devices whose peers
+	// are other devices of the same process do better with PeerShards.
+	// Links that cannot transmit from several goroutines (no
+	// link.TxQueuer, e.g. a pcap tap, whose capture keeps the wire's
+	// order) always get one.
 	Shards int
 	// BusyPoll makes CQ.Poll on an empty CQ receive and process whatever
 	// the link has queued, in the caller's goroutine (one non-blocking

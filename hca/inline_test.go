@@ -113,12 +113,17 @@ func stream(a, b *end, id, size, depth, msgs int) error {
 // third device that does not take part (NoInlinePeers) to one that does,
 // deliver every message intact and in order; the inline receive is used
 // exactly where it may be. Run with -race: the sending goroutines then
-// process the peers' packets under the peers' own locks.
+// process the peers' packets under the peers' own locks. Four shards is
+// what goroce bench --loopback runs on two Ps (hca.PeerShards).
 func TestInlinePeers(t *testing.T) {
-	for _, off := range []bool{false, true} {
-		t.Run(fmt.Sprintf("NoInlinePeers=%v", off), func(t *testing.T) {
-			o := hca.Options{Shards: 2, NoInlinePeers: off}
-			devs := udpDevicesN(t, o, o, hca.Options{Shards: 2, NoInlinePeers: true})
+	for _, c := range []struct {
+		shards int
+		off    bool
+	}{{2, false}, {2, true}, {4, false}} {
+		t.Run(fmt.Sprintf("Shards=%d/NoInlinePeers=%v", c.shards, c.off), func(t *testing.T) {
+			off := c.off
+			o := hca.Options{Shards: c.shards, NoInlinePeers: off}
+			devs := udpDevicesN(t, o, o, hca.Options{Shards: c.shards, NoInlinePeers: true})
 			da, db, dc := devs[0], devs[1], devs[2]
 			type job struct {
 				a, b *end
@@ -258,5 +263,17 @@ func TestInlinePeerClosed(t *testing.T) {
 	}
 	if n := devs[1].Counters.RxInline.Load(); n != before {
 		t.Errorf("%d frames received inline by a closed device", n-before)
+	}
+}
+
+// PeerShards gives in-process peers twice as many shards as Ps, at most
+// four, and one on one P.
+func TestPeerShards(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct{ procs, want int }{{1, 1}, {2, 4}, {3, 4}, {4, 4}, {16, 4}} {
+		runtime.GOMAXPROCS(c.procs)
+		if got := hca.PeerShards(); got != c.want {
+			t.Errorf("GOMAXPROCS %d: PeerShards %d, want %d", c.procs, got, c.want)
+		}
 	}
 }
