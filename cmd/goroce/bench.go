@@ -20,6 +20,7 @@ import (
 	"github.com/goroce/goroce/bench"
 	"github.com/goroce/goroce/bench/exchange"
 	"github.com/goroce/goroce/bth"
+	"github.com/goroce/goroce/hca"
 	"github.com/goroce/goroce/hca/link/udp"
 )
 
@@ -540,6 +541,9 @@ var loopbackAddrs = [2]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustPa
 func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Writer, stop <-chan struct{}) (*bench.Report, error) {
 	ss, cs := ls, ls
 	ss.Addr, cs.Addr = loopbackAddrs[0], loopbackAddrs[1]
+	// Both devices are in this process, so each receives what the other
+	// sends inline, and runs more shards than Ps (hca.PeerShards).
+	ss.shards, cs.shards = hca.PeerShards(), hca.PeerShards()
 	cs.Pcap = "" // one capture (the server's link) sees both directions
 	name, cname := o.devName, o.devName+"-client"
 	if name == "" {

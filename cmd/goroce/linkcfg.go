@@ -127,6 +127,9 @@ type linkSettings struct {
 	// link with Config.BusyPoll (its sockets outside the netpoller); not
 	// a flag.
 	busyPoll bool
+	// shards is hca.Options.Shards (goroce bench --loopback: PeerShards);
+	// not a flag.
+	shards int
 }
 
 // linkFlags holds the link flags registered on a FlagSet.
@@ -755,7 +758,7 @@ func openDevice(s linkSettings, peer, name string) (*openedDevice, error) {
 		}
 		od.tap, od.capFile, ep = tap, f, tap
 	}
-	opts := hca.Options{Name: name, RoCEv1: s.Encap == encapRoCE1, BusyPoll: s.busyPoll}
+	opts := hca.Options{Name: name, RoCEv1: s.Encap == encapRoCE1, BusyPoll: s.busyPoll, Shards: s.shards}
 	if resolver != nil {
 		opts.Resolver = resolver
 	}
