@@ -266,14 +266,19 @@ func TestInlinePeerClosed(t *testing.T) {
 	}
 }
 
-// PeerShards gives in-process peers twice as many shards as Ps, at most
-// four, and one on one P.
+// PeerShards gives in-process peers up to twice as many shards as Ps where
+// there are QPs for them, at most four, never fewer than the default, and
+// one on one P.
 func TestPeerShards(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	for _, c := range []struct{ procs, want int }{{1, 1}, {2, 4}, {3, 4}, {4, 4}, {16, 4}} {
+	for _, c := range []struct{ procs, qps, want int }{
+		{1, 1, 1}, {1, 16, 1},
+		{2, 1, 2}, {2, 2, 2}, {2, 3, 3}, {2, 16, 4},
+		{3, 1, 3}, {3, 16, 4}, {4, 16, 4}, {16, 1, 4}, {16, 64, 4},
+	} {
 		runtime.GOMAXPROCS(c.procs)
-		if got := hca.PeerShards(); got != c.want {
-			t.Errorf("GOMAXPROCS %d: PeerShards %d, want %d", c.procs, got, c.want)
+		if got := hca.PeerShards(c.qps); got != c.want {
+			t.Errorf("GOMAXPROCS %d, %d QPs: PeerShards %d, want %d", c.procs, c.qps, got, c.want)
 		}
 	}
 }

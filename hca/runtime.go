@@ -196,26 +196,29 @@ func shardCount(ep link.Endpoint, n int) int {
 	return max(n, 1)
 }
 
-// PeerShards is the Options.Shards for devices whose QPs talk to other
-// devices of this process (goroce bench --loopback): twice GOMAXPROCS, at
-// most maxAutoShards, and 1 on one P. There the goroutine that pumps a
-// batch also receives it from the peer's queue (inline.go), so a shard's
-// goroutines carry both halves of its flows, and with only one shard per
-// P they fell behind: 16 QPs on two cores (GOMAXPROCS 2) left 1.6-3.6 MB
-// queued in the receiving device's raw sockets, against 0-0.9 MB with
-// four shards, which cut the CPU time per GB by 13 % (the kernel's
-// receive copy by 39 %, the ICRC by 21 %) and raised write_bw from
-// 7.4-7.5 to 8.0-8.3 GB/s, send_bw from 7.5-7.7 to 8.3-8.7, read_bw from
-// 5.7-5.8 to 6.0-6.4 (session 36). Between two processes, where nothing
-// is received inline, four shards were no better than two (write_bw 16
-// QPs 3.3-3.4 against 3.4-3.8 GB/s), so Options.Shards = 0 keeps one per
-// P; on one P one shard was as fast as two (4.84-4.97 GB/s both).
-func PeerShards() int {
+// PeerShards is the Options.Shards for devices of qps QPs each that talk
+// to other devices of this process (goroce bench --loopback): up to twice
+// GOMAXPROCS where there are QPs to fill them, at most maxAutoShards, never
+// fewer than Options.Shards = 0 picks, and 1 on one P. There the goroutine
+// that pumps a batch also receives it from the peer's queue (inline.go),
+// so a shard's goroutines carry both halves of its flows, and with only
+// one shard per P they fell behind: 16 QPs on two cores (GOMAXPROCS 2)
+// left 1.6-3.6 MB queued in the receiving device's raw sockets, against
+// 0-0.9 MB with four shards, which cut the CPU time per GB by 13 % (the
+// kernel's receive copy by 39 %, the ICRC by 21 %) and raised write_bw
+// from 7.4-7.5 to 8.0-8.3 GB/s, send_bw from 7.5-7.7 to 8.3-8.7, read_bw
+// from 5.7-5.8 to 6.0-6.4 (session 36). A shard without QPs still costs
+// every received packet a copy to its raw socket's filter: one QP on two
+// cores with four shards had send_lat 6.37 / 6.60 µs against 5.84 / 6.27
+// with two. Between two processes, where nothing is received inline, four
+// shards were no better than two (write_bw 16 QPs 3.3-3.4 against 3.4-3.8
+// GB/s), so Options.Shards = 0 keeps one per P.
+func PeerShards(qps int) int {
 	p := goruntime.GOMAXPROCS(0)
 	if p <= 1 {
 		return 1
 	}
-	return min(2*p, maxAutoShards)
+	return max(min(p, maxAutoShards), min(2*p, maxAutoShards, qps))
 }
 
 func newRuntime(d *Device, nShards int) (*runtime, error) {

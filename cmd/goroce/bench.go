@@ -542,8 +542,9 @@ func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Wr
 	ss, cs := ls, ls
 	ss.Addr, cs.Addr = loopbackAddrs[0], loopbackAddrs[1]
 	// Both devices are in this process, so each receives what the other
-	// sends inline, and runs more shards than Ps (hca.PeerShards).
-	ss.shards, cs.shards = hca.PeerShards(), hca.PeerShards()
+	// sends inline, and runs more shards than Ps for enough QPs
+	// (hca.PeerShards).
+	ss.shards, cs.shards = hca.PeerShards(o.p.QPs), hca.PeerShards(o.p.QPs)
 	cs.Pcap = "" // one capture (the server's link) sees both directions
 	name, cname := o.devName, o.devName+"-client"
 	if name == "" {
