@@ -248,6 +248,10 @@ func newRuntime(d *Device, nShards int) (*runtime, error) {
 		}
 		s.txOut = make([][]byte, 0, b)
 		s.inl = make([]*reader, 0, maxInline)
+		// Never sent inline: the device's clock starts at 0, so a zero
+		// lastInline would count every shard busy for inlineNow during
+		// the device's first inlineRecent.
+		s.lastInline.Store(-2 * int64(inlineRecent))
 		rt.shards = append(rt.shards, s)
 	}
 	// With several shards, let the link sort received packets by QP onto
