@@ -208,7 +208,7 @@ func shardCount(ep link.Endpoint, n int) int {
 // kernel's receive copy by 39 %, the ICRC by 21 %) and raised write_bw
 // from 7.4-7.5 to 8.0-8.3 GB/s, send_bw from 7.5-7.7 to 8.3-8.7, read_bw
 // from 5.7-5.8 to 6.0-6.4 (session 36). A shard without QPs still costs
-// every received packet a copy to its raw socket's filter: one QP on two
+// every received packet a clone for its raw socket's filter: one QP on two
 // cores with four shards had send_lat 6.37 / 6.60 µs against 5.84 / 6.27
 // with two. Between two processes, where nothing is received inline, four
 // shards were no better than two (write_bw 16 QPs 3.3-3.4 against 3.4-3.8

@@ -166,7 +166,9 @@ func slice8Update(crc uint32, p []byte) uint32 {
 // perf record -g on the Xeon host started with clmul (its JSON's
 // icrc_implementation), spent 19 % of its samples in hash/crc32 against
 // 12-13 % for fold4 in the runs beside it, and moved 5797 against 6907
-// MB/s, although fold4 was allowed to lose only by more than 25 %.
+// MB/s, although fold4 was allowed to lose only by more than 25 %; a
+// plain send_bw run of the same build, without a profiler, started with
+// another CRC too.
 func pickCRC() crcKind {
 	for k, name := range crcNames {
 		if os.Getenv("GOROCE_CRC") == name && (crcKind(k) != crcFold4 || haveFold4) {

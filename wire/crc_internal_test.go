@@ -27,8 +27,9 @@ func TestSlice8Update(t *testing.T) {
 
 // Whichever implementation init picked, the ICRC is the same, computed in
 // place (icrcContiguous) or over headers apart from the rest (icrcCompute,
-// as Finish does): every length around fold4Prefix's threshold and its
-// 64-byte blocks, and path-MTU packets.
+// as Finish does): every length from 64 to 400 bytes (fold4's 256-byte
+// minimum, whole 64-byte blocks and the tails after them), and path-MTU
+// packets.
 func TestICRCEitherCRC(t *testing.T) {
 	saved := crcImpl
 	defer func() { crcImpl = saved }()
