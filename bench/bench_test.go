@@ -41,8 +41,9 @@ func newNetNS(tb testing.TB) func(f func()) {
 }
 
 // udpPair opens two devices on the udp link, 127.0.0.1 and 127.0.0.2, in a
-// fresh namespace.
-func udpPair(tb testing.TB) (*hca.Device, *hca.Device) {
+// fresh namespace, with the shards goroce bench --loopback gives a run of
+// qps QPs (hca.PeerShards).
+func udpPair(tb testing.TB, qps int) (*hca.Device, *hca.Device) {
 	tb.Helper()
 	do := newNetNS(tb)
 	var ea, eb link.Endpoint
@@ -59,11 +60,12 @@ func udpPair(tb testing.TB) (*hca.Device, *hca.Device) {
 		}
 		tb.Fatal(err)
 	}
-	da, err := hca.Open(ea, hca.Options{Name: "goroce0"})
+	shards := hca.PeerShards(qps)
+	da, err := hca.Open(ea, hca.Options{Name: "goroce0", Shards: shards})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	db, err := hca.Open(eb, hca.Options{Name: "goroce1"})
+	db, err := hca.Open(eb, hca.Options{Name: "goroce1", Shards: shards})
 	if err != nil {
 		da.Close()
 		tb.Fatal(err)
@@ -72,15 +74,17 @@ func udpPair(tb testing.TB) (*hca.Device, *hca.Device) {
 	return da, db
 }
 
+// links are the device pairs the Go benchmarks run on; open takes the
+// run's QP count.
 var links = []struct {
 	name string
-	open func(testing.TB) (*hca.Device, *hca.Device)
-}{{"memlink", memPair}, {"udp", udpPair}}
+	open func(tb testing.TB, qps int) (*hca.Device, *hca.Device)
+}{{"memlink", func(tb testing.TB, _ int) (*hca.Device, *hca.Device) { return memPair(tb) }}, {"udp", udpPair}}
 
 // benchBW runs b.N messages of size (spread over the QPs) and reports GB/s
 // and Mpps.
-func benchBW(b *testing.B, open func(testing.TB) (*hca.Device, *hca.Device), m Mode, size, qps int) {
-	da, db := open(b)
+func benchBW(b *testing.B, open func(testing.TB, int) (*hca.Device, *hca.Device), m Mode, size, qps int) {
+	da, db := open(b, qps)
 	iters := (b.N + qps - 1) / qps
 	cli, srv := connected(b, da, db, Params{Mode: m, Size: size, Iters: iters, QPs: qps})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -122,7 +126,7 @@ func BenchmarkLat(b *testing.B) {
 	for _, l := range links {
 		for _, m := range []Mode{ModeSendLat, ModeWriteLat, ModeReadLat} {
 			b.Run(l.name+"/"+m.String(), func(b *testing.B) {
-				da, db := l.open(b)
+				da, db := l.open(b, 1)
 				cli, srv := connected(b, da, db, Params{Mode: m, Iters: b.N})
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				defer cancel()
