@@ -211,7 +211,7 @@ func shardCount(ep link.Endpoint, n int) int {
 // every received packet a clone for its raw socket's filter: one QP on two
 // cores with four shards had send_lat 6.37 / 6.60 µs against 5.84 / 6.27
 // with two. Between two processes, where nothing is received inline, four
-// shards were no better than two (write_bw 16 QPs 3.3-3.4 against 3.4-3.8
+// shards were no better than two (write_bw 16 QPs 3.3-3.5 against 3.4-3.9
 // GB/s), so Options.Shards = 0 keeps one per P.
 func PeerShards(qps int) int {
 	p := goruntime.GOMAXPROCS(0)
