@@ -544,7 +544,8 @@ func benchLoopback(o *benchOpts, ls linkSettings, out *benchOutput, stderr io.Wr
 	// Both devices are in this process, so each receives what the other
 	// sends inline, and runs more shards than Ps for enough QPs
 	// (hca.PeerShards).
-	ss.shards, cs.shards = hca.PeerShards(o.p.QPs), hca.PeerShards(o.p.QPs)
+	ss.shards = hca.PeerShards(o.p.QPs)
+	cs.shards = ss.shards
 	cs.Pcap = "" // one capture (the server's link) sees both directions
 	name, cname := o.devName, o.devName+"-client"
 	if name == "" {
