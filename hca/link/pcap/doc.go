@@ -7,8 +7,10 @@
 //     Ethernet(0x8915) → GRH → BTH, LINKTYPE_INFINIBAND (247) → LRH and
 //     LINKTYPE_ERF (197) records of type 0x15 → LRH;
 //   - reading pcap and pcapng files (pcapgo) of link types Ethernet (1), raw IP
-//     (101, 228, 229), ERF (197) and InfiniBand (247) into frames with the
-//     framing wire.Packet.Decode expects;
+//     (101, 228, 229), Linux cooked captures of `tcpdump -i any` (SLL 113,
+//     SLL2 276, whose IP packets are passed on as raw IP), ERF (197) and
+//     InfiniBand (247) into frames with the framing wire.Packet.Decode
+//     expects;
 //   - writing pcap files (pcapgo) for Ethernet and raw IP, and ERF-in-pcap
 //     (link type 197, ERF record type 0x15) for native InfiniBand, which is
 //     the only native IB form Wireshark opens;
