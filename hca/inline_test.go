@@ -121,8 +121,7 @@ func TestInlinePeers(t *testing.T) {
 		off    bool
 	}{{2, false}, {2, true}, {4, false}} {
 		t.Run(fmt.Sprintf("Shards=%d/NoInlinePeers=%v", c.shards, c.off), func(t *testing.T) {
-			off := c.off
-			o := hca.Options{Shards: c.shards, NoInlinePeers: off}
+			o := hca.Options{Shards: c.shards, NoInlinePeers: c.off}
 			devs := udpDevicesN(t, o, o, hca.Options{Shards: c.shards, NoInlinePeers: true})
 			da, db, dc := devs[0], devs[1], devs[2]
 			type job struct {
@@ -169,8 +168,8 @@ func TestInlinePeers(t *testing.T) {
 				}
 			}
 			for _, d := range []*hca.Device{da, db} {
-				if n := d.Counters.RxInline.Load(); off && n != 0 || !off && n == 0 {
-					t.Errorf("%s: %d frames received inline with NoInlinePeers %v", d.Name(), n, off)
+				if n := d.Counters.RxInline.Load(); c.off && n != 0 || !c.off && n == 0 {
+					t.Errorf("%s: %d frames received inline with NoInlinePeers %v", d.Name(), n, c.off)
 				}
 			}
 			if n := dc.Counters.RxInline.Load(); n != 0 {
