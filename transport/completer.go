@@ -25,9 +25,11 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 			return
 		}
 	}
-	// A response must answer something we sent: PSN before nextPSN and at
-	// most 2^23 behind it.
-	if psn.Compare(q.nextPSN) >= 0 || q.sqHead >= q.hiIdx {
+	// A response must answer something we sent: PSN before sentPSN and at
+	// most 2^23 behind it. (Not merely a PSN assigned: an ACK naming the
+	// last PSN of a WQE still being sent would complete it, unsent packets
+	// and all.)
+	if psn.Compare(q.sentPSN) >= 0 || q.sqHead >= q.hiIdx {
 		q.stats.RxDuplicateResponses++
 		return
 	}
@@ -87,7 +89,7 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 			}
 		case bth.AckTypeRNRNAK:
 			q.stats.RNRNAKsReceived++
-			if q.compPSN.Less(psn) {
+			if q.compPSN.Less(psn) && w.op != WRRDMARead {
 				q.compPSN = psn
 				q.syncReq()
 			}
@@ -113,9 +115,15 @@ func (q *QP) completerRx(now Time, h bth.Header, oi *bth.OpInfo, pkt, payload []
 			switch syn.NAKCode() {
 			case bth.NAKPSNSequenceError:
 				// Everything before the NAK PSN is implicitly acked; retry
-				// from it (counts against retry_cnt).
+				// from it (counts against retry_cnt). Not inside a READ:
+				// what it has of its data came in its responses, which
+				// moved compPSN; a NAK naming a later PSN of its range
+				// (no correct responder sends one: the READ request is a
+				// single packet) would make the retry skip the bytes
+				// between, and the READ complete with a hole in its buffer.
+				// The same holds for the RNR NAK above.
 				q.stats.SeqNAKsReceived++
-				if q.compPSN.Less(psn) {
+				if q.compPSN.Less(psn) && w.op != WRRDMARead {
 					q.compPSN = psn
 					q.retryPending = false
 					q.syncReq()

@@ -30,8 +30,11 @@ func (q *QP) CheckRequester() error {
 			return fmt.Errorf("WQE %d (%v, PSN %v..%v) at offset %d: next PSN %v, want %v",
 				q.reqIdx, w.op, w.firstPSN, w.lastPSN, q.reqOff, q.reqPSN, want)
 		}
-	} else if q.reqOff != 0 || q.reqPSN != q.nextPSN {
-		return fmt.Errorf("past the last started WQE %d: offset %d, next PSN %v, want %v", q.reqIdx, q.reqOff, q.reqPSN, q.nextPSN)
+	} else if q.reqOff != 0 || q.reqPSN != q.sentPSN {
+		return fmt.Errorf("past the last started WQE %d: offset %d, next PSN %v, want %v", q.reqIdx, q.reqOff, q.reqPSN, q.sentPSN)
+	}
+	if q.sentPSN.Less(q.reqPSN) || q.sentPSN.Sub(q.compPSN) < 0 {
+		return fmt.Errorf("highest PSN sent %v behind the next %v or the oldest unacknowledged %v", q.sentPSN, q.reqPSN, q.compPSN)
 	}
 	if q.reqPSN != q.compPSN && q.timeout > 0 && !q.timerArmed && !q.rnrWait {
 		return fmt.Errorf("packets outstanding (PSN %v..%v) and neither the local ACK timer nor an RNR wait armed", q.compPSN, q.reqPSN)
@@ -44,8 +47,8 @@ func (q *QP) CheckRequester() error {
 		if q.compPSN.Less(w.firstPSN) || w.lastPSN.Less(q.compPSN) {
 			return fmt.Errorf("oldest WQE %d has PSN %v..%v, unacknowledged PSN %v outside it", q.sqHead, w.firstPSN, w.lastPSN, q.compPSN)
 		}
-	} else if q.compPSN != q.nextPSN {
-		return fmt.Errorf("nothing outstanding, unacknowledged PSN %v, next %v", q.compPSN, q.nextPSN)
+	} else if q.compPSN != q.sentPSN {
+		return fmt.Errorf("nothing outstanding, unacknowledged PSN %v, next %v", q.compPSN, q.sentPSN)
 	}
 	return nil
 }

@@ -140,7 +140,7 @@ type QP struct {
 	winBytes  uint32  // the window's byte limit (SetWindowLimit; 0: MaxUnackedBytes)
 	noackPkts int
 	rdAtomic  int     // READ/ATOMIC WQEs in [sqHead, reqIdx)
-	nextPSN   bth.PSN // PSN after the last WQE with PSNs assigned
+	sentPSN   bth.PSN // PSN after the highest sent; a READ request counts for its responses' PSNs
 
 	// The last local ACK timeout halved the window from undoWin
 	// (threshold undoThresh) when undoPSN was the next PSN to send; while
@@ -219,7 +219,7 @@ func (q *QP) reset() {
 		q.sq[i].clear()
 	}
 	q.sqHead, q.sqTail, q.reqIdx, q.hiIdx = 0, 0, 0, 0
-	q.reqPSN, q.reqOff, q.noackPkts, q.rdAtomic, q.nextPSN = 0, 0, 0, 0, 0
+	q.reqPSN, q.reqOff, q.noackPkts, q.rdAtomic, q.sentPSN = 0, 0, 0, 0, 0
 	q.compPSN, q.retryLeft, q.rnrLeft = 0, 0, 0
 	q.winMax = maxWindow(q.pmtu, q.winBytes)
 	q.window, q.ssthresh, q.acked, q.undo, q.probe = MinUnackedPSNs, 0, false, false, false
@@ -373,7 +373,7 @@ func (q *QP) Modify(now Time, attr *Attr, mask AttrMask) error {
 		q.resp.psn = attr.RQPSN
 	}
 	if mask&AttrSQPSN != 0 {
-		q.reqPSN, q.compPSN, q.nextPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN
+		q.reqPSN, q.compPSN, q.sentPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN
 	}
 	if mask&AttrMaxQPRdAtomic != 0 {
 		q.maxRdAtomic = roundPow2(attr.MaxRdAtomic)
@@ -549,6 +549,10 @@ func (q *QP) checkWR(wr *SendWR) error {
 		}
 		if n > MaxMessageSize {
 			return fmt.Errorf("%w: message of %d bytes exceeds 2^31", ErrBadWR, n)
+		}
+		if wr.Opcode == WRRDMARead && packets(uint32(n), q.pmtu) >= psnHalf {
+			// Its responses would span half the PSN space (requester.go).
+			return fmt.Errorf("%w: a READ of %d bytes takes 2^23 PSNs at path MTU %d", ErrBadWR, n, q.pmtu)
 		}
 		if wr.Opcode == WRAtomicCmpAndSwp || wr.Opcode == WRAtomicFetchAndAdd {
 			if n != 8 {

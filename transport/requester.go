@@ -70,18 +70,32 @@ func (q *QP) reqTransmit(now Time, buf []byte) (int, uint32, bool) {
 		return 0, 0, false
 	}
 	pmtu := q.pmtu
+	if starting && w.op == WRRDMARead {
+		// Once the request leaves, every PSN of the READ's responses is
+		// outstanding, and PSNs compare only within 2^23 of each other:
+		// the READ's PSNs and those still unacknowledged must stay below
+		// that, or its own responses would compare as old. So a long READ
+		// waits until nothing is outstanding; one that spans 2^23 PSNs by
+		// itself (2^31 bytes at a path MTU of 256 set after it was posted;
+		// PostSend refuses it otherwise) completes with LOC_LEN_ERR.
+		span := packets(w.length, pmtu)
+		if span >= psnHalf {
+			w.errStatus = StatusLocLenErr
+			q.completeHeadLocalErr()
+			return 0, 0, false
+		}
+		if out := q.reqPSN.Sub(q.compPSN); out > 0 && uint32(out)+span >= psnHalf {
+			return 0, 0, false
+		}
+	}
 	if starting {
 		w.firstPSN = q.reqPSN
-		npkts := uint32(1)
-		if w.length > pmtu {
-			npkts = (w.length + pmtu - 1) / pmtu
-		}
+		npkts := packets(w.length, pmtu)
 		if w.atomic() {
 			npkts = 1
 		}
 		w.lastPSN = w.firstPSN.Add(npkts - 1)
 		q.hiIdx = q.reqIdx + 1
-		q.nextPSN = w.lastPSN.Add(1)
 	}
 	switch q.cfg.Type {
 	case UD:
@@ -96,6 +110,19 @@ func (q *QP) reqTransmit(now Time, buf []byte) (int, uint32, bool) {
 	return q.buildSendWrite(now, w, buf)
 }
 
+// psnHalf is half the 24-bit PSN space: the farthest apart two PSNs can be
+// and still compare.
+const psnHalf = 1 << 23
+
+// packets is the number of packets (PSNs) a message of length bytes takes
+// at path MTU pmtu: at least one.
+func packets(length, pmtu uint32) uint32 {
+	if length <= pmtu {
+		return 1
+	}
+	return (length + pmtu - 1) / pmtu
+}
+
 // advanceWQE moves the requester past the WQE at reqIdx.
 func (q *QP) advanceWQE(w *sendWQE) {
 	if w.readOrAtomic() {
@@ -105,9 +132,13 @@ func (q *QP) advanceWQE(w *sendWQE) {
 	q.reqOff = 0
 }
 
-// sent records a transmitted packet: arms the local ACK timer if it is not
-// running (rxe_req.c update_state).
+// sentPacket records a transmitted packet: it moves sentPSN up to reqPSN
+// and arms the local ACK timer if it is not running (rxe_req.c
+// update_state).
 func (q *QP) sentPacket(now Time) {
+	if q.sentPSN.Less(q.reqPSN) {
+		q.sentPSN = q.reqPSN
+	}
 	if q.cfg.Type == RC && q.timeout > 0 && !q.timerArmed {
 		q.timerArmed = true
 		q.timerAt = now + q.timeout
