@@ -407,6 +407,24 @@ func (m *bigMem) Remote(pd uint32, rkey bth.RKey, addr uint64, length uint32, ne
 }
 func (m *bigMem) Invalidate(uint32, bth.RKey) error { return nil }
 
+// bigMemQP is a QP of type typ over mem, connected at mtu to a peer QP
+// (0x22) that the caller drives by hand; it returns the QP and its send CQ.
+func bigMemQP(t *testing.T, typ transport.QPType, mtu bth.MTU, mem transport.Memory) (*transport.QP, *tt.CQ) {
+	t.Helper()
+	scq := &tt.CQ{}
+	q, err := transport.NewQP(transport.Config{Type: typ, QPN: 0x11, PD: 1, MaxSendWR: 8, MaxSendSGE: 1,
+		MaxRecvSGE: 1, Memory: mem, SendCQ: scq, RecvCQ: &tt.CQ{}, RQ: tt.NewRQ(4, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, _ := tt.NewSide(typ, 0x22, 2, tt.NewMemory(), 4)
+	if err := tt.Connect(0, q, peer.QP, tt.Conn{MTU: mtu, Timeout: 10, RetryCnt: 2, RNRRetry: 7,
+		MinRNRTimer: 1, MaxRdAtomic: 4, Access: allAccess}); err != nil {
+		t.Fatal(err)
+	}
+	return q, scq
+}
+
 // TestReadSpanningHalfPSNSpace: a READ's responses take one PSN per packet
 // and PSNs compare only within 2^23 of each other. A READ of 2^31 bytes at
 // MTU 256 takes 2^23 PSNs: it used to go out, make the window check wrap
@@ -417,18 +435,7 @@ func (m *bigMem) Invalidate(uint32, bth.RKey) error { return nil }
 // LOC_LEN_ERR.
 func TestReadSpanningHalfPSNSpace(t *testing.T) {
 	newQP := func(t *testing.T, mtu bth.MTU) (*transport.QP, *tt.CQ) {
-		scq := &tt.CQ{}
-		A, err := transport.NewQP(transport.Config{Type: transport.RC, QPN: 0x11, PD: 1, MaxSendWR: 8, MaxSendSGE: 1,
-			MaxRecvSGE: 1, Memory: &bigMem{scratch: make([]byte, 4096)}, SendCQ: scq, RecvCQ: &tt.CQ{}, RQ: tt.NewRQ(4, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		peer, _ := tt.NewSide(transport.RC, 0x22, 2, tt.NewMemory(), 4)
-		if err := tt.Connect(0, A, peer.QP, tt.Conn{MTU: mtu, Timeout: 10, RetryCnt: 2, RNRRetry: 7,
-			MinRNRTimer: 1, MaxRdAtomic: 4, Access: allAccess}); err != nil {
-			t.Fatal(err)
-		}
-		return A, scq
+		return bigMemQP(t, transport.RC, mtu, &bigMem{scratch: make([]byte, 4096)})
 	}
 	read := func(id uint64, n uint32) *transport.SendWR {
 		return &transport.SendWR{ID: id, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,

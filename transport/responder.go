@@ -20,11 +20,13 @@ type outItem struct {
 	psn      bth.PSN
 	msn      uint32
 	orig     uint64 // atomic ACK
-	// READ response: the resolved remote range still to send and whether
-	// the next packet starts the stream (FIRST/ONLY).
-	data  []byte
+	// READ response: the remote range still to send (its VA, length and
+	// R_Key, resolved again for every packet) and whether the next packet
+	// starts the stream (FIRST/ONLY).
+	va    uint64
+	rkey  bth.RKey
+	rem   uint32
 	first bool
-	total uint32
 }
 
 // Responder resource kinds.
@@ -64,8 +66,10 @@ type responder struct {
 	wqeOff   uint32 // bytes written so far
 	sgl      []SGE  // storage for wqe.SGL, allocated on first use
 
-	// RDMA WRITE in progress.
-	wbuf  []byte
+	// RDMA WRITE in progress: the RETH's VA and R_Key, resolved again for
+	// every packet.
+	wVA   uint64
+	wRKey bth.RKey
 	wOff  uint32
 	wLen  uint32 // RETH DMA length (byte_len of WRITE_WITH_IMM)
 	wLive bool
@@ -84,7 +88,7 @@ type responder struct {
 func (r *responder) reset() {
 	r.psn, r.msn, r.sentNAK, r.lastOp, r.ucDrop = 0, 0, false, 0xFF, false
 	r.wqe, r.wqeValid, r.wqeLen, r.wqeOff = RecvWR{}, false, 0, 0
-	r.wbuf, r.wOff, r.wLen, r.wLive = nil, 0, 0, false
+	r.wVA, r.wRKey, r.wOff, r.wLen, r.wLive = 0, 0, 0, 0, false
 	for i := range r.res {
 		r.res[i] = resource{}
 	}
@@ -185,7 +189,10 @@ func (q *QP) respTransmit(buf []byte) (int, bool) {
 			r.pop()
 			return info.HdrLen, true
 		case outRead:
-			return q.readResponse(it, buf), true
+			if n := q.readResponse(it, buf); n > 0 {
+				return n, true
+			}
+			// The READ's memory went away: it is a NAK now.
 		default:
 			r.pop()
 		}
@@ -196,10 +203,28 @@ func (q *QP) respTransmit(buf []byte) (int, bool) {
 // readResponse emits the next packet of a READ response stream. Mirrors
 // rxe_resp.c read_reply: FIRST/LAST/ONLY carry an AETH, MIDDLE does not;
 // PSNs count up from the request PSN.
+//
+// The range is resolved again for every packet, as rxe_resp.c read_reply
+// rechecks the MR (rxe_recheck_mr) for each packet after the first: once
+// the owner has deregistered it (and hca's MR.Dereg has returned), no
+// packet reads it. The rest of the stream then becomes a NAK, remote access
+// error, and the QP enters ERR (rxe: RESPST_ERR_RKEY_VIOLATION); 0 is
+// returned and the NAK is the next output.
 func (q *QP) readResponse(it *outItem, buf []byte) int {
 	pmtu := q.pmtu
-	rem := uint32(len(it.data))
+	rem := it.rem
 	n := min(rem, pmtu)
+	var src []byte
+	if n > 0 {
+		b, err := q.cfg.Memory.Remote(q.cfg.PD, it.rkey, it.va, n, AccessRemoteRead)
+		if err != nil || uint32(len(b)) != n {
+			psn := it.psn
+			q.resp.clearOutput()
+			q.nakErr(bth.NAKRemoteAccessError, psn, StatusRemAccessErr)
+			return 0
+		}
+		src = b
+	}
 	var op bth.Opcode
 	switch {
 	case it.first && rem <= pmtu:
@@ -221,10 +246,11 @@ func (q *QP) readResponse(it *outItem, buf []byte) int {
 		a.SetSyndrome(bth.SyndromeACKUnlimited)
 		a.SetMSN(it.msn)
 	}
-	copy(buf[info.HdrLen:], it.data[:n])
+	copy(buf[info.HdrLen:], src)
 	total := info.HdrLen + int(n) + pad
 	clear(buf[info.HdrLen+int(n) : total])
-	it.data = it.data[n:]
+	it.va += uint64(n)
+	it.rem -= n
 	it.first = false
 	it.psn = it.psn.Add(1)
 	if n == rem {
@@ -541,6 +567,7 @@ func (q *QP) rcSend(h bth.Header, oi *bth.OpInfo, pkt, payload []byte, psn bth.P
 // rcWrite executes an RDMA WRITE packet; false when it was not accepted.
 func (q *QP) rcWrite(h bth.Header, oi *bth.OpInfo, pkt, payload []byte, psn bth.PSN) bool {
 	r := &q.resp
+	var dst []byte // the first packet's target, from the RETH's check
 	if oi.Has(bth.FlagImmDt) && !r.wqeValid {
 		if !q.takeRecvWQE() {
 			q.stats.RNRNAKsSent++
@@ -555,14 +582,15 @@ func (q *QP) rcWrite(h bth.Header, oi *bth.OpInfo, pkt, payload []byte, psn bth.
 			q.nakErr(bth.NAKInvalidRequest, psn, StatusRemInvReqErr)
 			return false
 		}
-		r.wbuf, r.wOff, r.wLen, r.wLive = nil, 0, length, true
+		r.wVA, r.wRKey, r.wOff, r.wLen, r.wLive = reth.VA(), reth.RKey(), 0, length, true
 		if length > 0 {
-			b, err := q.cfg.Memory.Remote(q.cfg.PD, reth.RKey(), reth.VA(), length, AccessRemoteWrite)
+			// The whole range is checked here, with the first packet.
+			b, err := q.cfg.Memory.Remote(q.cfg.PD, r.wRKey, r.wVA, length, AccessRemoteWrite)
 			if err != nil || uint32(len(b)) != length {
 				q.nakErr(bth.NAKRemoteAccessError, psn, StatusRemAccessErr)
 				return false
 			}
-			r.wbuf = b
+			dst = b
 		}
 	}
 	if !r.wLive {
@@ -578,13 +606,19 @@ func (q *QP) rcWrite(h bth.Header, oi *bth.OpInfo, pkt, payload []byte, psn bth.
 		q.nakErr(bth.NAKInvalidRequest, psn, StatusRemInvReqErr)
 		return false
 	}
-	copy(r.wbuf[r.wOff:], payload)
+	if dst == nil && n > 0 {
+		var ok bool
+		if dst, ok = q.writeTarget(n); !ok {
+			q.nakErr(bth.NAKRemoteAccessError, psn, StatusRemAccessErr)
+			return false
+		}
+	}
+	copy(dst, payload)
 	r.wOff += n
 	if !oi.Has(bth.FlagLast) {
 		return true
 	}
 	r.wLive = false
-	r.wbuf = nil
 	if oi.Has(bth.FlagImmDt) {
 		q.wc = Completion{WRID: r.wqe.ID, Status: StatusSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: r.wLen,
 			QPN: q.cfg.QPN, Flags: WCWithGRH | WCWithImm, Imm: bth.ImmDt(pkt[oi.ImmDt:]).Imm()}
@@ -593,6 +627,17 @@ func (q *QP) rcWrite(h bth.Header, oi *bth.OpInfo, pkt, payload []byte, psn bth.
 		return q.state != StateErr
 	}
 	return true
+}
+
+// writeTarget resolves the next n bytes of the RDMA WRITE in progress.
+// Every packet after the one with the RETH is resolved again, as rxe_resp.c
+// check_rkey looks the MR up for every packet of a WRITE: once the owner
+// has deregistered it (and hca's MR.Dereg has returned), the rest of the
+// message is refused instead of landing in memory no longer registered.
+func (q *QP) writeTarget(n uint32) ([]byte, bool) {
+	r := &q.resp
+	b, err := q.cfg.Memory.Remote(q.cfg.PD, r.wRKey, r.wVA+uint64(r.wOff), n, AccessRemoteWrite)
+	return b, err == nil && uint32(len(b)) == n
 }
 
 // rcRead accepts an RDMA READ request: checks the R_Key, records a
@@ -605,14 +650,14 @@ func (q *QP) rcRead(oi *bth.OpInfo, pkt []byte, psn bth.PSN) {
 		q.nakErr(bth.NAKInvalidRequest, psn, StatusRemInvReqErr)
 		return
 	}
-	var data []byte
 	if length > 0 {
+		// The whole range is checked here; readResponse resolves each
+		// packet's part again when it sends it.
 		b, err := q.cfg.Memory.Remote(q.cfg.PD, reth.RKey(), reth.VA(), length, AccessRemoteRead)
 		if err != nil || uint32(len(b)) != length {
 			q.nakErr(bth.NAKRemoteAccessError, psn, StatusRemAccessErr)
 			return
 		}
-		data = b
 	}
 	npkts := uint32(1)
 	if length > q.pmtu {
@@ -625,7 +670,7 @@ func (q *QP) rcRead(oi *bth.OpInfo, pkt []byte, psn bth.PSN) {
 		rkey: reth.RKey(), msn: r.msn}
 	r.psn = psn.Add(npkts)
 	r.lastOp = 0xFF
-	r.push(outItem{kind: outRead, psn: psn, msn: r.msn, data: data, first: true, total: length})
+	r.push(outItem{kind: outRead, psn: psn, msn: r.msn, va: reth.VA(), rkey: reth.RKey(), rem: length, first: true})
 }
 
 // rcAtomic executes COMPARE_SWAP or FETCH_ADD once and records the original
@@ -680,16 +725,14 @@ func (q *QP) duplicate(h bth.Header, oi *bth.OpInfo, pkt []byte, psn bth.PSN) {
 				q.stats.RxDropped++
 				return
 			}
-			var data []byte
 			if length > 0 {
 				b, err := q.cfg.Memory.Remote(q.cfg.PD, res.rkey, va, length, AccessRemoteRead)
 				if err != nil || uint32(len(b)) != length {
 					q.stats.RxDropped++
 					return
 				}
-				data = b
 			}
-			r.push(outItem{kind: outRead, psn: psn, msn: res.msn, data: data, first: true, total: length})
+			r.push(outItem{kind: outRead, psn: psn, msn: res.msn, va: va, rkey: res.rkey, rem: length, first: true})
 			return
 		}
 		q.stats.RxDropped++
@@ -805,17 +848,22 @@ func (q *QP) ucRequest(h bth.Header, oi *bth.OpInfo, pkt, payload []byte) {
 		drop()
 		return
 	}
+	var dst []byte // the first packet's target, from the RETH's check
 	if oi.RETH != 0 {
 		reth := bth.RETH(pkt[oi.RETH:])
 		length := reth.DMALen()
-		r.wbuf, r.wOff, r.wLen, r.wLive = nil, 0, length, true
+		if length > MaxMessageSize {
+			drop()
+			return
+		}
+		r.wVA, r.wRKey, r.wOff, r.wLen, r.wLive = reth.VA(), reth.RKey(), 0, length, true
 		if length > 0 {
-			b, err := q.cfg.Memory.Remote(q.cfg.PD, reth.RKey(), reth.VA(), length, AccessRemoteWrite)
+			b, err := q.cfg.Memory.Remote(q.cfg.PD, r.wRKey, r.wVA, length, AccessRemoteWrite)
 			if err != nil || uint32(len(b)) != length {
 				drop()
 				return
 			}
-			r.wbuf = b
+			dst = b
 		}
 	}
 	if !r.wLive {
@@ -833,7 +881,14 @@ func (q *QP) ucRequest(h bth.Header, oi *bth.OpInfo, pkt, payload []byte) {
 		drop()
 		return
 	}
-	copy(r.wbuf[r.wOff:], payload)
+	if dst == nil && n > 0 {
+		var ok bool
+		if dst, ok = q.writeTarget(n); !ok {
+			drop()
+			return
+		}
+	}
+	copy(dst, payload)
 	r.wOff += n
 	if !oi.Has(bth.FlagLast) {
 		r.lastOp = op
@@ -841,7 +896,6 @@ func (q *QP) ucRequest(h bth.Header, oi *bth.OpInfo, pkt, payload []byte) {
 	}
 	r.lastOp = 0xFF
 	r.wLive = false
-	r.wbuf = nil
 	if oi.Has(bth.FlagImmDt) {
 		q.wc = Completion{WRID: r.wqe.ID, Status: StatusSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: r.wLen,
 			QPN: q.cfg.QPN, Flags: WCWithGRH | WCWithImm, Imm: bth.ImmDt(pkt[oi.ImmDt:]).Imm()}
