@@ -142,11 +142,26 @@ func (mr *MR) SGE(off, n int) transport.SGE {
 	return transport.SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.lkey}
 }
 
-// Dereg deregisters the MR (ibv_dereg_mr). Later accesses with its keys fail.
+// Dereg deregisters the MR (ibv_dereg_mr). Later accesses with its keys
+// fail, and once Dereg returns no engine touches the buffer any more: a
+// WRITE or READ a peer had started on it is refused from its next packet
+// (NAK, remote access error), so the buffer is the caller's alone.
 func (mr *MR) Dereg() error {
-	if !mr.pd.dev.mrs.remove(mr) {
+	d := mr.pd.dev
+	if !d.mrs.remove(mr) {
 		return fmt.Errorf("%w: MR already deregistered", ErrDestroyed)
 	}
+	// The engines resolve a key for every packet, each under its QP's
+	// lock, and only QPs of the MR's PD can resolve its keys: once each of
+	// those locks has been free after the remove, a step that resolved a
+	// key before it has finished, and every later one finds no MR (as
+	// rxe's dereg waits for the references its packets hold).
+	d.qps.each(func(q *QP) {
+		if q.pd == mr.pd {
+			q.mu.Lock()
+			q.mu.Unlock() // an empty critical section: the wait is the point
+		}
+	})
 	mr.pd.unref()
 	return nil
 }
