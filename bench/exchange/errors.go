@@ -31,6 +31,11 @@ var (
 	// ErrKeysChanged: the peer sent a QP's keys twice (before and after
 	// ctx_connect) and they differ: it is out of step with the sequence.
 	ErrKeysChanged = errors.New("a QP's keys changed between the two hand-shake rounds")
+	// ErrQPCount: two of our QPs got the same remote QP in the first
+	// round: the peer runs fewer QPs (-q) than we do. The keys carry no
+	// count, so the peer's one set is read again for each of ours; left
+	// alone, both sides would wait for each other for ever.
+	ErrQPCount = errors.New("the peer runs fewer QPs than we do (run both sides with the same -q)")
 )
 
 // maxQuoted bounds how many bytes of a bad field an error keeps, so an error

@@ -110,3 +110,50 @@ func TestPerftestKeysChanged(t *testing.T) {
 		t.Fatalf("err = %v, want ErrKeysChanged", err)
 	}
 }
+
+// TestPeerWithFewerQPs: our -q 2 against a real perftest with -q 1. The
+// keys carry no QP count, so the second message we read in round one is
+// the peer's QP 0 again; both our QPs used to be connected to the peer's
+// one QP, after which each side waited for the other for ever. Now the
+// exchange stops after round one with ErrQPCount, before ctx_connect.
+func TestPeerWithFewerQPs(t *testing.T) {
+	a, b := tcpPair(t)
+	defer a.Close()
+	defer b.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	a.SetDeadline(deadline)
+	b.SetDeadline(deadline)
+	theirs := dests(0x16, 1)
+	go func() {
+		p := &perftestPeer{c: b, client: false} // perftest server, -q 1
+		ver := exchange.FormatVersion(v606)
+		mtu, _ := exchange.FormatMTU(bth.MTU1024)
+		for _, m := range [][]byte{ver[:], {0, 0, 0x10, 0}, {0, 0, 0, 64}, mtu[:]} {
+			if _, err := p.xchg(m); err != nil {
+				return
+			}
+		}
+		for {
+			if _, err := p.keys(theirs[0]); err != nil {
+				return
+			}
+		}
+	}()
+	sess, err := exchange.NewPerftestSession(a, exchange.PerftestConfig{Role: exchange.Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	connected := false
+	_, err = sess.Establish(exchange.WriteBW, exchange.Steps{
+		LocalMTU: bth.MTU1024, Sys: exchange.SysData{CycleBuffer: 4096, CacheLineSize: 64},
+		Setup:   func(exchange.Params) ([]exchange.PerftestDest, error) { return dests(0x11, 2), nil },
+		Connect: func([]exchange.PerftestDest) error { connected = true; return nil },
+	})
+	if !errors.Is(err, exchange.ErrQPCount) {
+		t.Fatalf("Establish against a peer with fewer QPs: %v, want ErrQPCount", err)
+	}
+	if connected {
+		t.Fatal("ctx_connect ran with two of our QPs on the peer's one")
+	}
+	t.Log(err)
+}

@@ -149,10 +149,16 @@ func (s *PerftestSession) Establish(tool Tool, st Steps) (Result, error) {
 	res.Remote = make([]PerftestDest, len(local))
 	// The placement of QP 0's hand-shake is from bridge captures of -q 3,
 	// rxe against rxe (testdata/README.md).
+	seen := make(map[bth.QPN]int, len(local))
 	for i := range local {
 		if res.Remote[i], err = s.HandShake(local[i]); err != nil {
 			return res, err
 		}
+		if j, dup := seen[res.Remote[i].QPN]; dup {
+			return res, &StepError{Step: fmt.Sprintf("ctx_hand_shake #%d", s.handShakes), Err: fmt.Errorf("%w: our QPs %d and %d (of %d) both got remote QPN %#x",
+				ErrQPCount, j, i, len(local), uint32(res.Remote[i].QPN))}
+		}
+		seen[res.Remote[i].QPN] = i
 	}
 	if err := st.Connect(res.Remote); err != nil {
 		return res, &StepError{Step: "ctx_connect", Err: err}
