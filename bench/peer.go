@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync/atomic"
 	"time"
@@ -217,8 +218,11 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	}
 	// sum is print_full_bw_report(my, rem): the rates add up; size and
 	// iterations are this side's.
-	sum := func(my Result, rr exchange.BWReport) {
-		r := remoteResult(rep.Params, rr)
+	sum := func(my Result, rr exchange.BWReport) error {
+		r, err := remoteResult(rep.Params, rr)
+		if err != nil {
+			return err
+		}
 		b := my.BW
 		b.BytesPerSec += r.BW.BytesPerSec
 		b.PeakBytesPerSec += r.BW.PeakBytesPerSec
@@ -228,6 +232,7 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 			rep.Sides = &DuplexSides{Local: my, Remote: r}
 		}
 		add(Result{BW: b})
+		return nil
 	}
 	tool := p.Mode.Tool()
 	// s is set by steps.Setup, later: not a method value here.
@@ -236,7 +241,7 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 		return rep, runAll(sess, steps, func() []int { return sizes }, p.Mode, p.Duplex, ready, func(size int) (exchange.BWReport, error) {
 			r, err := runSize(size)
 			return bwReport(rep.Params, r.BW), err
-		}, func(rr exchange.BWReport) { sum(local, rr) })
+		}, func(rr exchange.BWReport) error { return sum(local, rr) })
 	}
 	steps.Ready = func() error {
 		if p.Mode.isSend() {
@@ -278,17 +283,37 @@ func RunPeer(ctx context.Context, dev *hca.Device, conn io.ReadWriter, client bo
 	}
 	switch {
 	case sumLater:
-		sum(local, res.RemoteReport)
+		if err := sum(local, res.RemoteReport); err != nil {
+			return rep, err
+		}
 	case tool.ExchangesReports() && !client:
 		// The passive server prints the client's report.
+		r, err := remoteResult(rep.Params, res.RemoteReport)
+		if err != nil {
+			return rep, err
+		}
 		rep.Results = rep.Results[:0]
-		add(remoteResult(rep.Params, res.RemoteReport))
+		add(r)
 	}
 	return rep, nil
 }
 
+// ErrPeerReport: a figure of the peer's bandwidth report that this side
+// prints or adds up is NaN, infinite or negative. (Reports a side does
+// not use are not checked: perftest's passive server sends an
+// uninitialized one.)
+var ErrPeerReport = errors.New("bench: the peer's report holds a figure that is not a finite, non-negative number")
+
 // remoteResult is the result the peer reported (xchg_bw_reports).
-func remoteResult(p Params, rr exchange.BWReport) Result {
+func remoteResult(p Params, rr exchange.BWReport) (Result, error) {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"bw_peak", rr.BWPeak}, {"bw_avg", rr.BWAvg}, {"msgRate_avg", rr.MsgRateAvg}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+			return Result{}, fmt.Errorf("%w: %s %v", ErrPeerReport, f.name, f.v)
+		}
+	}
 	f := mbFactor(p.ReportGbits)
 	r := Result{BW: BWResult{Op: opName(p), Size: int(rr.Size), QPs: p.QPs,
 		BytesPerSec: rr.BWAvg * f, PeakBytesPerSec: rr.BWPeak * f, MsgPerSec: rr.MsgRateAvg * 1e6}}
@@ -304,7 +329,7 @@ func remoteResult(p Params, rr exchange.BWReport) Result {
 	if r.BW.MsgPerSec > 0 {
 		r.BW.Duration = time.Duration(float64(r.BW.Messages) / r.BW.MsgPerSec * 1e9)
 	}
-	return r
+	return r, nil
 }
 
 // runAll is -a where bench/exchange.Run does not cover it: ib_send_bw and
@@ -321,7 +346,7 @@ func remoteResult(p Params, rr exchange.BWReport) Result {
 // and ctx_close_connection after the last size. report receives the
 // peer's report of each size (-b only).
 func runAll(sess *exchange.PerftestSession, st exchange.Steps, sizes func() []int, mode Mode, duplex bool, ready func(int) error,
-	run func(int) (exchange.BWReport, error), report func(exchange.BWReport)) error {
+	run func(int) (exchange.BWReport, error), report func(exchange.BWReport) error) error {
 	res, err := sess.Establish(mode.Tool(), st)
 	if err != nil {
 		return err
@@ -348,7 +373,9 @@ func runAll(sess *exchange.PerftestSession, st exchange.Steps, sizes func() []in
 			if err != nil {
 				return err
 			}
-			report(rr)
+			if err := report(rr); err != nil {
+				return err
+			}
 		}
 		if mode == ModeSendBW {
 			if _, err := sess.HandShake(local[0]); err != nil {

@@ -285,6 +285,11 @@ func (s *Session) Connect(remote []exchange.PerftestDest, mtu bth.MTU) error {
 	if !mtu.Valid() {
 		return fmt.Errorf("%w: path MTU enum %d", ErrParams, uint8(mtu))
 	}
+	for i, rd := range remote {
+		if err := exchange.CheckDataQPN(rd.QPN); err != nil {
+			return fmt.Errorf("bench: remote QP %d: %w", i, err)
+		}
+	}
 	s.mtu = mtu
 	s.remote = remote
 	for i, r := range s.qps {

@@ -96,6 +96,9 @@ func (t *ahTable) lookup(h uint32, dst *wire.Addr) bool {
 // UDP source port is the link's fixed one or a placeholder the QP replaces.
 func (d *Device) pathAddr(attr *AHAttr) (wire.Addr, error) {
 	var a wire.Addr
+	if attr.DGID == (GID{}) {
+		return a, fmt.Errorf("%w: destination GID is zero (RoCE needs a global route: pass the peer's GID, e.g. pingpong -g)", ErrInvalidArg)
+	}
 	sgid, err := d.QueryGID(attr.SGIDIndex)
 	if err != nil {
 		return a, err

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/goroce/goroce/bth"
 )
 
 // Sentinel causes. Every error returned by this package wraps one of them
@@ -36,6 +38,8 @@ var (
 	// count, so the peer's one set is read again for each of ours; left
 	// alone, both sides would wait for each other for ever.
 	ErrQPCount = errors.New("the peer runs fewer QPs than we do (run both sides with the same -q)")
+	// ErrPeerQPN: a peer's keys name a QPN no data QP can have.
+	ErrPeerQPN = errors.New("the peer's QPN is not a data QP")
 )
 
 // maxQuoted bounds how many bytes of a bad field an error keeps, so an error
@@ -130,6 +134,18 @@ func writeAll(w io.Writer, b []byte) error {
 	}
 	if n != len(b) {
 		return io.ErrShortWrite
+	}
+	return nil
+}
+
+// CheckDataQPN reports whether q can be a peer's data QP: not 0 and 1 (the
+// SMI and GSI QPs, which the tools never use) and not 0xFFFFFF (the
+// multicast QPN). The exchange formats carry any 24-bit value, and for UD
+// nothing below would refuse one: the SENDs would go to the peer's GSI.
+func CheckDataQPN(q bth.QPN) error {
+	switch q {
+	case 0, 1, bth.MulticastQPN:
+		return fmt.Errorf("%w: %#06x (0 and 1 are the special QPs, 0xffffff the multicast QPN)", ErrPeerQPN, uint32(q))
 	}
 	return nil
 }

@@ -401,6 +401,14 @@ func (s *Session) connect(remote []exchange.PingpongDest) error {
 	for i, r := range remote {
 		// pp_connect_ctx adds the GRH only when the GID's interface ID is
 		// non-zero; without it RoCE cannot address the peer at all.
+		if r.QPN == 0 && i > 0 {
+			// ibv_srq_pingpong's table holds formatted zero records after
+			// the peer's own QPs.
+			return fmt.Errorf("%w: the peer sent %d QP records for our %d (run both sides with the same -q)", ErrPeer, i, len(s.qps))
+		}
+		if err := exchange.CheckDataQPN(r.QPN); err != nil {
+			return fmt.Errorf("%w: record %d: %w", ErrPeer, i, err)
+		}
 		if bytes.Equal(r.GID[8:], make([]byte, 8)) {
 			return fmt.Errorf("%w: record %d has GID %s; RoCE needs a global route (run the peer with -g)", ErrPeer, i, gidString(r.GID))
 		}
