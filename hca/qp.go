@@ -617,9 +617,13 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	if q.srq != nil {
 		return fmt.Errorf("%w: QP 0x%06x is attached to an SRQ; post to the SRQ", ErrInvalidArg, uint32(q.qpn))
 	}
+	// The push is under the QP's lock, with the state read: the engine
+	// may enter ERR at any step (a NAK, a CQ overflow, retries spent), and
+	// a WR pushed just after its flush, by a poster that read the state
+	// just before it, would never complete.
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	st := q.eng.State()
-	q.mu.Unlock()
 	if st == StateReset {
 		return fmt.Errorf("%w: QP 0x%06x is in RESET", ErrQPState, uint32(q.qpn))
 	}
@@ -627,9 +631,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		return err
 	}
 	if st == StateErr {
-		q.mu.Lock()
 		q.eng.FlushRecv()
-		q.mu.Unlock()
 	}
 	return nil
 }
