@@ -14,6 +14,9 @@ const (
 	// EventCQErr: the CQ overran and lost a completion; raised the first
 	// time. Poll reports ErrCQOverflow from then on.
 	EventCQErr
+	// EventQPLastWQEReached: a QP attached to an SRQ entered ERR and will
+	// take no more of its WQEs; raised once per stay in ERR.
+	EventQPLastWQEReached
 )
 
 func (t EventType) String() string {
@@ -26,6 +29,8 @@ func (t EventType) String() string {
 		return "SQ_DRAINED"
 	case EventCQErr:
 		return "CQ_ERR"
+	case EventQPLastWQEReached:
+		return "QP_LAST_WQE_REACHED"
 	}
 	return "UNKNOWN"
 }

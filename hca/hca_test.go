@@ -743,3 +743,61 @@ func TestAPIMisuse(t *testing.T) {
 		t.Fatalf("post on destroyed QP: %v", err)
 	}
 }
+
+// TestSRQLastWQEReached: a QP attached to an SRQ that enters ERR raises
+// QP_LAST_WQE_REACHED once (what ib_drain_rq waits for on an SRQ), again
+// after a trip through RESET, and a QP without an SRQ never does.
+func TestSRQLastWQEReached(t *testing.T) {
+	d, _ := pair(t, memlink.Config{})
+	pd, _ := d.AllocPD()
+	srq, err := pd.CreateSRQ(hca.SRQAttr{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, _ := d.CreateCQ(64)
+	withSRQ, err := pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: hca.QPCap{MaxSendWR: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: cq, RecvCQ: cq, Cap: hca.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := func(q *hca.QP, st transport.State) {
+		t.Helper()
+		var a hca.QPAttr
+		a.State = st
+		mask := transport.AttrState
+		if st == hca.StateInit {
+			a.Port = 1
+			mask |= transport.AttrPKeyIndex | transport.AttrPort | transport.AttrAccessFlags
+		}
+		if err := q.Modify(&a, mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := func() []hca.AsyncEvent {
+		var out []hca.AsyncEvent
+		for {
+			select {
+			case ev := <-d.Events():
+				out = append(out, ev)
+			case <-time.After(50 * time.Millisecond):
+				return out
+			}
+		}
+	}
+	for round := 0; round < 2; round++ {
+		for _, q := range []*hca.QP{withSRQ, plain} {
+			to(q, hca.StateInit)
+			to(q, hca.StateErr)
+			to(q, hca.StateErr) // ERR -> ERR: no second event
+		}
+		evs := events()
+		if len(evs) != 1 || evs[0].Type != hca.EventQPLastWQEReached || evs[0].QP != withSRQ {
+			t.Fatalf("round %d: events %+v, want one QP_LAST_WQE_REACHED for the SRQ's QP", round, evs)
+		}
+		to(withSRQ, hca.StateReset)
+		to(plain, hca.StateReset)
+	}
+}

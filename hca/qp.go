@@ -83,6 +83,9 @@ type QP struct {
 	// from RTR on.
 	path   wire.Addr
 	pathOK bool
+	// lastWQE: EventQPLastWQEReached was raised for this stay in ERR
+	// (under mu).
+	lastWQE bool
 	// inlineTo is the receive queue of the in-process device the path
 	// leads to, if any (inline.go; under mu).
 	inlineTo *reader
@@ -426,10 +429,27 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, dst netip.Addr, 
 }
 
 // checkDrained raises SQ_DRAINED when the engine reports the send queue
-// drained after RTS -> SQD with en_sqd_async_notify; q.mu must be held.
+// drained after RTS -> SQD with en_sqd_async_notify, and LAST_WQE_REACHED
+// once when a QP attached to an SRQ is in ERR; q.mu must be held. It runs
+// after every engine step and Modify, so it sees ERR however it came.
 func (q *QP) checkDrained() {
 	if q.eng.TakeSQDrained() {
 		q.dev.raise(AsyncEvent{Type: EventSQDrained, QP: q})
+	}
+	if q.srq == nil {
+		return
+	}
+	switch q.eng.State() {
+	case StateErr:
+		// The engine takes no SRQ WQE in ERR and has completed the one
+		// in progress (WR_FLUSH_ERR): this QP's last WQE is behind it,
+		// which is what ib_drain_rq waits for on an SRQ.
+		if !q.lastWQE {
+			q.lastWQE = true
+			q.dev.raise(AsyncEvent{Type: EventQPLastWQEReached, QP: q})
+		}
+	case StateReset:
+		q.lastWQE = false
 	}
 }
 
