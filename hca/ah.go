@@ -29,14 +29,17 @@ const defaultHopLimit = 64
 
 // AH is an address handle for UD sends.
 type AH struct {
-	pd    *PD
-	index uint32
-	attr  AHAttr
-	addr  wire.Addr
+	pd     *PD
+	index  uint32
+	handle uint32 // index<<8 | an 8-bit generation, as MR keys
+	attr   AHAttr
+	addr   wire.Addr
 }
 
-// Handle returns the value to put in SendWR.AH.
-func (ah *AH) Handle() uint32 { return ah.index }
+// Handle returns the value to put in SendWR.AH. Like an MR's keys it
+// carries an 8-bit generation, so the handle of a destroyed AH does not
+// name the next AH created in its slot.
+func (ah *AH) Handle() uint32 { return ah.handle }
 
 // Attr returns the attributes the AH was created with.
 func (ah *AH) Attr() AHAttr { return ah.attr }
@@ -44,6 +47,9 @@ func (ah *AH) Attr() AHAttr { return ah.attr }
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	d := pd.dev
+	if err := d.open(); err != nil {
+		return nil, err
+	}
 	a, err := d.pathAddr(&attr)
 	if err != nil {
 		return nil, err
@@ -73,17 +79,23 @@ func (ah *AH) Destroy() error {
 
 // ahTable maps handles to AHs; lookups take no lock (slotTable): a UD
 // QP looks up the AH of every packet it sends.
-type ahTable struct{ slotTable[AH] }
+type ahTable struct {
+	slotTable[AH]
+	gen uint8 // the generation of the last AH added; under slotTable.mu
+}
 
 func (t *ahTable) add(ah *AH, max int) error {
-	return t.slotTable.add(ah, max, "max_ah", func(idx uint32) { ah.index = idx })
+	return t.slotTable.add(ah, max, "max_ah", func(idx uint32) {
+		t.gen++
+		ah.index, ah.handle = idx, idx<<8|uint32(t.gen)
+	})
 }
 
 func (t *ahTable) remove(ah *AH) bool { return t.slotTable.remove(ah, ah.index) }
 
 // lookup copies the addressing of handle h into dst.
 func (t *ahTable) lookup(h uint32, dst *wire.Addr) bool {
-	ah := t.get(h)
+	ah := t.ah(h)
 	if ah == nil {
 		return false
 	}
@@ -91,17 +103,26 @@ func (t *ahTable) lookup(h uint32, dst *wire.Addr) bool {
 	return true
 }
 
+// ah returns the AH handle h names, or nil.
+func (t *ahTable) ah(h uint32) *AH {
+	ah := t.get(h >> 8)
+	if ah == nil || ah.handle != h {
+		return nil
+	}
+	return ah
+}
+
 // pathAddr builds the frame addressing for a path: source from the GID
 // table, destination from the DGID, next-hop MAC on Ethernet links. The
 // UDP source port is the link's fixed one or a placeholder the QP replaces.
 func (d *Device) pathAddr(attr *AHAttr) (wire.Addr, error) {
 	var a wire.Addr
-	if attr.DGID == (GID{}) {
-		return a, fmt.Errorf("%w: destination GID is zero (RoCE needs a global route: pass the peer's GID, e.g. pingpong -g)", ErrInvalidArg)
-	}
 	sgid, err := d.QueryGID(attr.SGIDIndex)
 	if err != nil {
 		return a, err
+	}
+	if attr.DGID == (GID{}) {
+		return a, fmt.Errorf("%w: destination GID is zero (RoCE needs a global route: pass the peer's GID, e.g. pingpong -g)", ErrInvalidArg)
 	}
 	src, dst := sgid.Addr(), attr.DGID.Addr()
 	if src.Is4() != dst.Is4() {

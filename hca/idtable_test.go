@@ -73,17 +73,29 @@ func TestAHTableHandles(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got wire.Addr
-	if !tab.lookup(ah.index, &got) || got.SrcPort != 1234 {
-		t.Fatalf("lookup %d: %+v", ah.index, got)
+	if !tab.lookup(ah.Handle(), &got) || got.SrcPort != 1234 {
+		t.Fatalf("lookup %#x: %+v", ah.Handle(), got)
 	}
 	// Handles the application makes up must not alias a real one.
-	for _, h := range []uint32{0, ah.index + 1, ah.index | 1<<24, ah.index | 1<<31, ^uint32(0)} {
+	for _, h := range []uint32{0, ah.index, ah.Handle() + 1, ah.Handle() + 1<<8, ah.Handle() | 1<<31, ^uint32(0)} {
 		if tab.lookup(h, &got) {
 			t.Errorf("handle %#x found", h)
 		}
 	}
-	if !tab.remove(ah) || tab.lookup(ah.index, &got) {
+	if !tab.remove(ah) || tab.lookup(ah.Handle(), &got) {
 		t.Fatal("destroyed AH still found")
+	}
+	// The next AH takes the slot, not the handle: a stale handle must
+	// not name it.
+	next := &AH{addr: wire.Addr{SrcPort: 99}}
+	if err := tab.add(next, 4); err != nil {
+		t.Fatal(err)
+	}
+	if next.index != ah.index || next.Handle() == ah.Handle() {
+		t.Fatalf("reuse: index %d handle %#x after index %d handle %#x", next.index, next.Handle(), ah.index, ah.Handle())
+	}
+	if tab.lookup(ah.Handle(), &got) {
+		t.Fatalf("the destroyed AH's handle %#x names the AH now in its slot", ah.Handle())
 	}
 }
 

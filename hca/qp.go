@@ -1,6 +1,7 @@
 package hca
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -289,6 +290,9 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask) error {
 	if q.destroyed.Load() {
 		return ErrDestroyed
 	}
+	if attr == nil {
+		return fmt.Errorf("%w: nil QP attributes", ErrInvalidArg)
+	}
 	sending, dst, err := q.modify(attr, mask)
 	if err != nil {
 		return err
@@ -379,6 +383,12 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, dst netip.Addr, 
 	to, err := checkTransition(q.typ, cur, &attr.Attr, mask)
 	if err != nil {
 		return false, dst, err
+	}
+	if mask&transport.AttrState != 0 && cur == StateSQD && to != StateErr && q.eng.SQDraining() {
+		// rxe_qp_chk_attr: while the send queue drains, SQD may only go
+		// to ERR; the other moves wait for SQ_DRAINED.
+		return false, dst, fmt.Errorf("%w: QP 0x%06x is in SQD and its send queue is still draining (wait for SQ_DRAINED, or go to ERR)",
+			ErrQPState, uint32(q.qpn))
 	}
 	if err := q.checkValues(attr, mask); err != nil {
 		return false, dst, err
@@ -568,11 +578,11 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if q.destroyed.Load() {
 		return ErrDestroyed
 	}
-	if q.typ == UD {
-		var a wire.Addr
-		if !q.dev.ahs.lookup(wr.AH, &a) {
-			return fmt.Errorf("%w: UD send WR %d names no valid AH (%d)", ErrInvalidArg, wr.ID, wr.AH)
-		}
+	if wr == nil {
+		return fmt.Errorf("%w: nil send WR", ErrInvalidArg)
+	}
+	if err := q.checkAH(wr); err != nil {
+		return err
 	}
 	q.mu.Lock()
 	now := q.dev.now()
@@ -580,7 +590,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	deep := q.eng.InFlight() >= deepPipe
 	q.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("hca: QP 0x%06x post_send WR %d: %w", uint32(q.qpn), wr.ID, err)
+		return q.postSendErr(wr, err)
 	}
 	if deep {
 		q.dev.rt.kickLater(q, now)
@@ -588,6 +598,37 @@ func (q *QP) PostSend(wr *SendWR) error {
 		q.dev.rt.kick(q, now)
 	}
 	return nil
+}
+
+// checkAH checks a UD send WR's address handle: it must exist and belong
+// to the QP's PD (rxe_get_av: "PDs don't match for AH and QP").
+func (q *QP) checkAH(wr *SendWR) error {
+	if q.typ != UD {
+		return nil
+	}
+	ah := q.dev.ahs.ah(wr.AH)
+	if ah == nil {
+		return fmt.Errorf("%w: UD send WR %d names no valid AH (%#x)", ErrInvalidArg, wr.ID, wr.AH)
+	}
+	if ah.pd != q.pd {
+		return fmt.Errorf("%w: UD send WR %d: AH %#x belongs to PD %d, the QP to PD %d", ErrInvalidArg, wr.ID, wr.AH, ah.pd.id, q.pd.id)
+	}
+	return nil
+}
+
+// postSendErr wraps an error of the engine's PostSend in the hca sentinel
+// the receive side uses for the same case, so errors.Is works alike.
+func (q *QP) postSendErr(wr *SendWR, err error) error {
+	switch {
+	case q.destroyed.Load():
+		// A post racing Destroy found the engine already reset.
+		return ErrDestroyed
+	case errors.Is(err, transport.ErrBadState):
+		err = fmt.Errorf("%w: %w", ErrQPState, err)
+	case errors.Is(err, transport.ErrQueueFull):
+		err = fmt.Errorf("%w: %w", ErrLimit, err)
+	}
+	return fmt.Errorf("hca: QP 0x%06x post_send WR %d: %w", uint32(q.qpn), wr.ID, err)
 }
 
 // PostSendList posts wrs in order as one list (ibv_post_send of a chained
@@ -604,15 +645,11 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	now := q.dev.now()
 	for i := range wrs {
 		wr := &wrs[i]
-		if q.typ == UD {
-			var a wire.Addr
-			if !q.dev.ahs.lookup(wr.AH, &a) {
-				err = fmt.Errorf("%w: UD send WR %d names no valid AH (%d)", ErrInvalidArg, wr.ID, wr.AH)
-				break
-			}
+		if err = q.checkAH(wr); err != nil {
+			break
 		}
 		if e := q.eng.PostSend(now, wr); e != nil {
-			err = fmt.Errorf("hca: QP 0x%06x post_send WR %d: %w", uint32(q.qpn), wr.ID, e)
+			err = q.postSendErr(wr, e)
 			break
 		}
 		n++
@@ -633,6 +670,9 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 func (q *QP) PostRecv(wr *RecvWR) error {
 	if q.destroyed.Load() {
 		return ErrDestroyed
+	}
+	if wr == nil {
+		return fmt.Errorf("%w: nil receive WR", ErrInvalidArg)
 	}
 	if q.srq != nil {
 		return fmt.Errorf("%w: QP 0x%06x is attached to an SRQ; post to the SRQ", ErrInvalidArg, uint32(q.qpn))
