@@ -424,3 +424,10 @@ func (d *Device) checkOpen() error {
 	}
 	return nil
 }
+
+// open is checkOpen for callers that do not hold d.mu.
+func (d *Device) open() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.checkOpen()
+}

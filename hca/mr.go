@@ -111,6 +111,9 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("%w: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE", ErrInvalidArg)
 	}
+	if err := pd.dev.open(); err != nil {
+		return nil, err
+	}
 	if err := pd.ref(); err != nil {
 		return nil, err
 	}

@@ -129,6 +129,15 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	s.ring.onLimit = func() { d.raise(AsyncEvent{Type: EventSRQLimitReached, SRQ: s}) }
 	s.ring.limit = attr.Limit
 	d.mu.Lock()
+	err := d.checkOpen()
+	if err == nil && len(d.srqs) >= d.attr.MaxSRQ {
+		err = fmt.Errorf("%w: max_srq %d", ErrLimit, d.attr.MaxSRQ)
+	}
+	if err != nil {
+		d.mu.Unlock()
+		pd.unref()
+		return nil, err
+	}
 	d.srqs[s] = struct{}{}
 	d.mu.Unlock()
 	return s, nil
@@ -136,6 +145,9 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 
 // PostRecv posts a receive WR to the SRQ (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *RecvWR) error {
+	if wr == nil {
+		return fmt.Errorf("%w: nil receive WR", ErrInvalidArg)
+	}
 	s.mu.Lock()
 	dead := s.dead
 	s.mu.Unlock()
@@ -147,6 +159,12 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 
 // Modify re-arms the limit (ibv_modify_srq with IBV_SRQ_LIMIT).
 func (s *SRQ) Modify(limit int) error {
+	s.mu.Lock()
+	dead := s.dead
+	s.mu.Unlock()
+	if dead {
+		return ErrDestroyed
+	}
 	if limit < 0 || limit > len(s.ring.wrs) {
 		return fmt.Errorf("%w: SRQ limit %d > max_wr %d", ErrInvalidArg, limit, len(s.ring.wrs))
 	}

@@ -71,7 +71,7 @@ var stateTable = map[stPair]transition{
 	{sRTS, sSQD}: tr(0, 0, 0, aSQDNote, aSQDNote, aSQDNote),
 	{sSQD, sSQD}: tr(0, 0, 0,
 		aPort|aAV|aTimeout|aRetry|aRNRRetry|aMaxRd|aMaxDest|aAlt|aAccess|aPKey|aMinRNR|aMig,
-		aPort|aAV|aAlt|aAccess|aPKey|aMig, aPKey|aQKey),
+		aAV|aAlt|aAccess|aPKey|aMig, aPKey|aQKey),
 	{sSQD, sRTS}: tr(0, 0, 0, aCur|aAlt|aAccess|aMinRNR|aMig, aCur|aAlt|aAccess|aMig, aCur|aQKey),
 	{sSQE, sRTS}: tr(0, 0, 0, 0, aCur|aAccess, aCur|aQKey),
 }
@@ -86,9 +86,10 @@ func checkTransition(t transport.QPType, cur transport.State, attr *transport.At
 	if to > sErr {
 		return cur, &StateError{Type: t, From: cur, To: to}
 	}
-	// Any state may go to RESET or ERR with no other attributes.
+	// Any state may go to RESET or ERR with no other attributes, not even
+	// CUR_STATE (ib_modify_qp_is_ok: those rows have no optional ones).
 	if to == sReset || to == sErr {
-		extra := mask &^ (transport.AttrState | transport.AttrCurState)
+		extra := mask &^ transport.AttrState
 		if extra != 0 {
 			return cur, &MaskError{Type: t, From: cur, To: to, Extra: extra}
 		}

@@ -431,6 +431,13 @@ func (q *QP) TakeSQDrained() bool {
 	return q.sqdNotify
 }
 
+// SQDraining reports that the QP is in SQD and its send queue has not
+// drained yet: a WQE started before RTS -> SQD still has packets to send
+// or is unacknowledged.
+func (q *QP) SQDraining() bool {
+	return q.draining && q.state == StateSQD && (q.sqHead != q.reqIdx || q.reqIdx < q.hiIdx || q.reqOff != 0)
+}
+
 // PostSend queues a send work request, copying it.
 func (q *QP) PostSend(now Time, wr *SendWR) error {
 	if wr == nil {
