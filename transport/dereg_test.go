@@ -15,6 +15,18 @@ import (
 // refused from the next packet on. It used to keep the buffer the RETH
 // resolved to for the rest of the message.
 
+// wantAccessNAK checks that responder q answered with one NAK (remote
+// access error) at PSN 1 and entered ERR.
+func wantAccessNAK(t *testing.T, q *transport.QP, pkts [][]byte) {
+	t.Helper()
+	if got := describe(pkts); got != "RC_ACKNOWLEDGE@0x000001(NAK(REMOTE_ACCESS_ERR))" {
+		t.Fatalf("responder sent %s, want one NAK, remote access error", got)
+	}
+	if st := q.State(); st != transport.StateErr {
+		t.Fatalf("responder state %v, want ERR", st)
+	}
+}
+
 // TestDeregMidWrite: B's target MR goes away after the first of four
 // WRITE packets. RC: the second packet is NAKed (remote access error), B
 // enters ERR, A completes the WRITE with REM_ACCESS_ERR, and nothing after
@@ -50,15 +62,7 @@ func TestDeregMidWrite(t *testing.T) {
 				return
 			}
 			resp := xmit(p.b.QP, 0)
-			if got := describe(resp); got != "RC_ACKNOWLEDGE@0x000001(NAK(REMOTE_ACCESS_ERR))" {
-				t.Fatalf("responder answered %s, want one NAK", got)
-			}
-			if syn := bth.AETH(resp[0][bth.HeaderLen:]).Syndrome(); syn.IsACK() || syn.NAKCode() != bth.NAKRemoteAccessError {
-				t.Fatalf("syndrome %v, want NAK remote access error", syn)
-			}
-			if st := p.b.QP.State(); st != transport.StateErr {
-				t.Fatalf("responder state %v, want ERR", st)
-			}
+			wantAccessNAK(t, p.b.QP, resp)
 			deliver(p.a.QP, 0, resp...)
 			wantStatuses(t, "A", p.a.SendCQ.Take(nil), transport.StatusRemAccessErr)
 		})
@@ -90,15 +94,7 @@ func TestDeregMidReadResponse(t *testing.T) {
 		rem.Buf[i] = 0xEE // the owner's again: the peer must not see it
 	}
 	rest := xmit(p.b.QP, 0)
-	if got := describe(rest); got != "RC_ACKNOWLEDGE@0x000001(NAK(REMOTE_ACCESS_ERR))" {
-		t.Fatalf("after the deregistration the responder sent %s, want one NAK", got)
-	}
-	if syn := bth.AETH(rest[0][bth.HeaderLen:]).Syndrome(); syn.IsACK() || syn.NAKCode() != bth.NAKRemoteAccessError {
-		t.Fatalf("syndrome %v, want NAK remote access error", syn)
-	}
-	if st := p.b.QP.State(); st != transport.StateErr {
-		t.Fatalf("responder state %v, want ERR", st)
-	}
+	wantAccessNAK(t, p.b.QP, rest)
 	deliver(p.a.QP, 0, first)
 	deliver(p.a.QP, 0, rest...)
 	wantStatuses(t, "A", p.a.SendCQ.Take(nil), transport.StatusRemAccessErr)
