@@ -103,6 +103,9 @@ func (t *ahTable) lookup(h uint32, dst *wire.Addr) bool {
 	return true
 }
 
+// valid reports whether handle h names an AH (transport.Config.ValidAH).
+func (t *ahTable) valid(h uint32) bool { return t.ah(h) != nil }
+
 // ah returns the AH handle h names, or nil.
 func (t *ahTable) ah(h uint32) *AH {
 	ah := t.get(h >> 8)

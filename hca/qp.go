@@ -209,12 +209,16 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 	bit := d.rt.readerBit(q.shard)
 	ia.SendCQ.readers.Or(bit)
 	ia.RecvCQ.readers.Or(bit)
-	eng, err := transport.NewQP(transport.Config{
+	cfg := transport.Config{
 		Type: ia.Type, QPN: q.qpn, PD: pd.id,
 		MaxSendWR: c.MaxSendWR, MaxSendSGE: c.MaxSendSGE, MaxRecvSGE: maxRecvSGE,
 		MaxInlineData: c.MaxInlineData, SignalAll: ia.SignalAll,
 		Memory: &d.mrs, SendCQ: ia.SendCQ, RecvCQ: ia.RecvCQ, RQ: rq, SRQ: ia.SRQ != nil,
-	})
+	}
+	if ia.Type == UD {
+		cfg.ValidAH = d.ahs.valid
+	}
+	eng, err := transport.NewQP(cfg)
 	if err != nil {
 		d.mu.Unlock()
 		q.releaseRefs()

@@ -469,3 +469,46 @@ func TestVerbsDestroyWhilePosting(t *testing.T) {
 		db.Close()
 	}
 }
+
+// TestVerbsUDSendAfterAHDestroyed: a UD WR whose AH is destroyed before its
+// packet is built (held here in SQD) completes with LOC_QP_OP_ERR, as
+// rxe's "no address vector"; it used to complete with success while the
+// packet was dropped for want of an address.
+func TestVerbsUDSendAfterAHDestroyed(t *testing.T) {
+	da, db := pair(t, memlink.Config{})
+	a := newEnd(t, da, hca.UD, 8192, allAccess)
+	b := newEnd(t, db, hca.UD, 8192, allAccess)
+	connect(t, a, b, bth.MTU1024, 10, 20)
+	bgid, _ := db.QueryGID(0)
+	ah, err := a.pd.CreateAH(hca.AHAttr{DGID: bgid, SGIDIndex: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// SQD holds the WR in the send queue.
+	var sqd hca.QPAttr
+	sqd.State = hca.StateSQD
+	if err := a.qp.Modify(&sqd, transport.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.PostRecv(&hca.RecvWR{ID: 1, SGL: []hca.SGE{b.mr.SGE(0, 40+64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(&hca.SendWR{ID: 7, Opcode: transport.WRSend, Flags: transport.SendSignaled,
+		SGL: []hca.SGE{a.mr.SGE(0, 64)}, AH: ah.Handle(), RemoteQPN: b.qp.QPN(), RemoteQKey: 0x11111111}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ah.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	var rts hca.QPAttr
+	rts.State = hca.StateRTS
+	if err := a.qp.Modify(&rts, transport.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	wc := waitWC(t, a.cq)
+	_, rerr := wcWithin(b.cq, 300*time.Millisecond)
+	if wc.Status != transport.StatusLocQPOpErr || rerr == nil {
+		t.Errorf("WR %d completed %v though its AH was destroyed (want LOC_QP_OP_ERR); peer received: %v",
+			wc.WRID, wc.Status, rerr == nil)
+	}
+}

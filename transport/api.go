@@ -404,6 +404,11 @@ type Config struct {
 	// SRQ reports that RQ is a shared receive queue: moving the QP to ERR
 	// then leaves its WQEs alone (other QPs still consume them).
 	SRQ bool
+	// ValidAH, when set, reports whether a UD WR's address handle still
+	// exists when its packet is built; one that does not completes the WR
+	// with LOC_QP_OP_ERR (rxe_req.c: "Failed no address vector") instead of
+	// a success for a packet the owner could not address.
+	ValidAH func(ah uint32) bool
 }
 
 // Stats are per-QP counters in the spirit of rxe's RXE_CNT_*. The engine

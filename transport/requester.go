@@ -325,6 +325,11 @@ func (q *QP) buildUD(w *sendWQE, buf []byte) (int, uint32, bool) {
 	n := w.length
 	pad := int(-n & 3)
 	total := info.HdrLen + int(n) + pad
+	if q.cfg.ValidAH != nil && !q.cfg.ValidAH(w.ah) {
+		w.errStatus = StatusLocQPOpErr
+		q.completeUnreliable()
+		return 0, 0, false
+	}
 	if !q.gather(w, 0, buf[info.HdrLen:info.HdrLen+int(n)]) {
 		w.errStatus = StatusLocProtErr
 		q.completeUnreliable()
