@@ -102,6 +102,18 @@ var rcTimeout uint8 = 14
 const allAccess = hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
 
 // connect moves both QPs to RTS, each pointing at the other.
+// udEnds returns two connected UD ends on a memlink pair and the GID of
+// b's device, for the AH a sends to b through.
+func udEnds(t testing.TB) (a, b *end, bgid hca.GID) {
+	t.Helper()
+	da, db := pair(t, memlink.Config{})
+	a = newEnd(t, da, hca.UD, 8192, allAccess)
+	b = newEnd(t, db, hca.UD, 8192, allAccess)
+	connect(t, a, b, bth.MTU1024, 10, 20)
+	bgid, _ = db.QueryGID(0)
+	return a, b, bgid
+}
+
 func connect(t testing.TB, a, b *end, mtu bth.MTU, psnA, psnB bth.PSN) {
 	t.Helper()
 	for _, s := range []struct {
@@ -556,11 +568,7 @@ func TestFlushOnError(t *testing.T) {
 }
 
 func TestUDCarriesGRH(t *testing.T) {
-	da, db := pair(t, memlink.Config{})
-	a := newEnd(t, da, hca.UD, 8192, allAccess)
-	b := newEnd(t, db, hca.UD, 8192, allAccess)
-	connect(t, a, b, bth.MTU1024, 10, 20)
-	bgid, _ := db.QueryGID(0)
+	a, b, bgid := udEnds(t)
 	ah, err := a.pd.CreateAH(hca.AHAttr{DGID: bgid, SGIDIndex: 0, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)

@@ -63,15 +63,11 @@ func TestVerbsNilArguments(t *testing.T) {
 // A UD send WR naming an AH of another PD must be refused (rxe_av.c
 // rxe_get_av: "PDs don't match for AH and QP").
 func TestVerbsUDSendWithAHOfAnotherPD(t *testing.T) {
-	da, db := pair(t, memlink.Config{})
-	a := newEnd(t, da, hca.UD, 8192, allAccess)
-	b := newEnd(t, db, hca.UD, 8192, allAccess)
-	connect(t, a, b, bth.MTU1024, 10, 20)
-	otherPD, err := da.AllocPD()
+	a, b, bgid := udEnds(t)
+	otherPD, err := a.dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bgid, _ := db.QueryGID(0)
 	ah, err := otherPD.CreateAH(hca.AHAttr{DGID: bgid, SGIDIndex: 0, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -93,11 +89,7 @@ func TestVerbsUDSendWithAHOfAnotherPD(t *testing.T) {
 // A destroyed AH's handle must not name another AH: a WR posted with the
 // stale handle must fail, not go to the destination of an unrelated AH.
 func TestVerbsStaleAHHandle(t *testing.T) {
-	da, db := pair(t, memlink.Config{})
-	a := newEnd(t, da, hca.UD, 8192, allAccess)
-	b := newEnd(t, db, hca.UD, 8192, allAccess)
-	connect(t, a, b, bth.MTU1024, 10, 20)
-	bgid, _ := db.QueryGID(0)
+	a, b, bgid := udEnds(t)
 	old, err := a.pd.CreateAH(hca.AHAttr{DGID: bgid, SGIDIndex: 0})
 	if err != nil {
 		t.Fatal(err)
@@ -475,11 +467,7 @@ func TestVerbsDestroyWhilePosting(t *testing.T) {
 // rxe's "no address vector"; it used to complete with success while the
 // packet was dropped for want of an address.
 func TestVerbsUDSendAfterAHDestroyed(t *testing.T) {
-	da, db := pair(t, memlink.Config{})
-	a := newEnd(t, da, hca.UD, 8192, allAccess)
-	b := newEnd(t, db, hca.UD, 8192, allAccess)
-	connect(t, a, b, bth.MTU1024, 10, 20)
-	bgid, _ := db.QueryGID(0)
+	a, b, bgid := udEnds(t)
 	ah, err := a.pd.CreateAH(hca.AHAttr{DGID: bgid, SGIDIndex: 0})
 	if err != nil {
 		t.Fatal(err)
