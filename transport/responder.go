@@ -659,10 +659,7 @@ func (q *QP) rcRead(oi *bth.OpInfo, pkt []byte, psn bth.PSN) {
 			return
 		}
 	}
-	npkts := uint32(1)
-	if length > q.pmtu {
-		npkts = (length + q.pmtu - 1) / q.pmtu
-	}
+	npkts := packets(length, q.pmtu)
 	r.msn = (r.msn + 1) & 0xFFFFFF
 	res := &r.res[r.resNext]
 	r.resNext = (r.resNext + 1) % len(r.res)
