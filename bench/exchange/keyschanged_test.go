@@ -65,6 +65,19 @@ func (p *perftestPeer) xchg(out []byte) ([]byte, error) {
 	return in, nil
 }
 
+// opening plays perftest 6.06's messages before the keys: the version,
+// check_sys_data (cycle buffer 4096, cache line 64) and the MTU (1024).
+func (p *perftestPeer) opening() error {
+	ver := exchange.FormatVersion(v606)
+	mtu, _ := exchange.FormatMTU(bth.MTU1024)
+	for _, m := range [][]byte{ver[:], {0, 0, 0x10, 0}, {0, 0, 0, 64}, mtu[:]} {
+		if _, err := p.xchg(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (p *perftestPeer) keys(d exchange.PerftestDest) (exchange.PerftestDest, error) {
 	m := exchange.FormatPerftestGID(d)
 	in, err := p.xchg(m[:])
@@ -87,11 +100,7 @@ func TestPerftestKeysChanged(t *testing.T) {
 	theirs := dests(0x16, 2)
 	go func() {
 		p := &perftestPeer{c: b, client: true}
-		ver := exchange.FormatVersion(v606)
-		mtu, _ := exchange.FormatMTU(bth.MTU1024)
-		for _, m := range [][]byte{ver[:], {0, 0, 0x10, 0}, {0, 0, 0, 64}, mtu[:]} {
-			p.xchg(m)
-		}
+		p.opening()
 		p.keys(theirs[0])
 		p.keys(theirs[1])
 		p.keys(theirs[1]) // QP 0's place in the second round
@@ -126,12 +135,8 @@ func TestPeerWithFewerQPs(t *testing.T) {
 	theirs := dests(0x16, 1)
 	go func() {
 		p := &perftestPeer{c: b, client: false} // perftest server, -q 1
-		ver := exchange.FormatVersion(v606)
-		mtu, _ := exchange.FormatMTU(bth.MTU1024)
-		for _, m := range [][]byte{ver[:], {0, 0, 0x10, 0}, {0, 0, 0, 64}, mtu[:]} {
-			if _, err := p.xchg(m); err != nil {
-				return
-			}
+		if p.opening() != nil {
+			return
 		}
 		for {
 			if _, err := p.keys(theirs[0]); err != nil {
