@@ -673,6 +673,12 @@ func (r *rxState) deliverDirect(bufs [][]byte, sizes []int, offset int) int {
 			e.st.rxTooLarge.Add(1)
 			continue
 		}
+		if n != i && offset+r.hl+int(m.Len) > len(bufs[n]) {
+			// Compacting over a dropped datagram moves this one into an
+			// earlier buffer, which the caller may have made smaller.
+			e.st.rxTooLarge.Add(1)
+			continue
+		}
 		if e.plain4 {
 			if r.direct4(m, i, bufs[n][offset:], bufs[i][offset:]) {
 				sizes[n] = ipv4Hdr + udpHdr + int(m.Len)
