@@ -153,6 +153,32 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	return fs
 }
 
+// explicitZero names a count flag given as 0 (or a GID index given
+// negative). Params reads 0 as "perftest's default", so without this check
+// `-q 0` or `-n 0` would silently run the default; perftest refuses them
+// (CHECK_VALUE_IN_RANGE with a minimum of 1, CHECK_VALUE_POSITIVE for -D).
+func explicitZero(fs *flag.FlagSet) string {
+	what := map[string]string{
+		"s": "message size", "n": "iterations", "q": "number of QPs",
+		"t": "TX depth", "r": "RX depth", "Q": "CQ moderation",
+		"D": "duration",
+	}
+	var msg string
+	fs.Visit(func(f *flag.Flag) {
+		if msg != "" {
+			return
+		}
+		v := f.Value.String()
+		switch {
+		case what[f.Name] != "" && v == "0":
+			msg = fmt.Sprintf("-%s 0: the %s must be at least 1", f.Name, what[f.Name])
+		case f.Name == "x" && strings.HasPrefix(v, "-"):
+			msg = fmt.Sprintf("-x %s: not a GID index", v)
+		}
+	})
+	return msg
+}
+
 func modeNames() []string {
 	var s []string
 	for _, m := range bench.Modes {
@@ -191,6 +217,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if o.version {
 		fmt.Fprintf(stdout, "Version: %s\n", exchange.DefaultVersion)
 		return exitOK
+	}
+	if msg := explicitZero(fs); msg != "" {
+		return usageErr("%s", msg)
 	}
 	if o.notImpl != "" {
 		return usageErr("%s", o.notImpl)

@@ -77,6 +77,16 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "send_lat", "-w", "10"},
 		{"bench", "write_bw", "-y", "-1"},
 		{"bench", "read_bw", "--report-unsorted"},
+		// Explicit zeros are refused, as perftest does, rather than read
+		// as "the default".
+		{"bench", "write_bw", "--loopback", "-s", "0"},
+		{"bench", "write_bw", "--loopback", "-n", "0"},
+		{"bench", "write_bw", "--loopback", "-q", "0"},
+		{"bench", "write_bw", "--loopback", "-t", "0"},
+		{"bench", "send_bw", "--loopback", "-r", "0"},
+		{"bench", "write_bw", "--loopback", "-Q", "0"},
+		{"bench", "write_bw", "--loopback", "-D", "0"},
+		{"bench", "write_bw", "--loopback", "-x", "-1"},
 	} {
 		st, out, errOut := runCLI(args...)
 		if st != exitUsage {
