@@ -195,6 +195,9 @@ func (e *Endpoint) readOnce(bufs [][]byte, sizes []int, offset int, wait bool) (
 	if k == 0 {
 		return 0, nil
 	}
+	if offset < 0 {
+		return 0, fmt.Errorf("afpacket: negative offset %d", offset)
+	}
 	for i := range k {
 		if len(bufs[i]) <= offset {
 			return 0, io.ErrShortBuffer
@@ -681,6 +684,16 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 	valid := len(bufs)
 	var bad error
 	for i, b := range bufs {
+		if offset < 0 || offset > len(b) {
+			// API misuse, not a frame: an error naming it, not a panic.
+			e.st.txRejected.Add(1)
+			raceReleaseMerge()
+			sent, err := t.sendFrames(bufs[:i], offset)
+			if err != nil {
+				return sent, err
+			}
+			return i, fmt.Errorf("afpacket: %s: frame %d: offset %d outside a %d-byte buffer", e.ifname, i, offset, len(b))
+		}
 		f := b[offset:]
 		switch {
 		case len(f) < ethHdr:
