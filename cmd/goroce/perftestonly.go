@@ -6,11 +6,13 @@ import (
 	"strings"
 )
 
-// perftestOnly is a perftest flag goroce bench knows but does not
-// implement: given, the run stops with a message naming it, rather than
-// flag's "flag provided but not defined", which would suggest a typo.
+// perftestOnly is a flag of the real tool (perftest, or rdma-core's
+// ibv_*_pingpong) that goroce knows but does not implement: given, the run
+// stops with a message naming it, rather than flag's "flag provided but
+// not defined", which would suggest a typo.
 type perftestOnly struct {
 	name, what string
+	tool, cmd  string // "perftest", "goroce bench"
 	boolean    bool
 	given      *string // set to the flag's message when it is used
 }
@@ -19,21 +21,25 @@ func (f *perftestOnly) String() string { return "" }
 
 func (f *perftestOnly) Set(string) error {
 	if *f.given == "" {
-		*f.given = fmt.Sprintf("%s (perftest's %s) is not implemented by goroce bench", f.name, f.what)
+		*f.given = fmt.Sprintf("%s (%s's %s) is not implemented by %s", f.name, f.tool, f.what, f.cmd)
 	}
 	return nil
 }
 
 func (f *perftestOnly) IsBoolFlag() bool { return f.boolean }
 
-// perftestOnlyFlags are the perftest flags goroce bench refuses: names
-// (short and long), whether it takes no value, and what it does in
-// perftest.
-var perftestOnlyFlags = []struct {
+// notImplFlag is one refused flag: its names (short and long), whether it
+// takes no value, and what it does in the real tool.
+type notImplFlag struct {
 	names   []string
 	boolean bool
 	what    string
-}{
+}
+
+// perftestOnlyFlags are the perftest flags goroce bench refuses: names
+// (short and long), whether it takes no value, and what it does in
+// perftest.
+var perftestOnlyFlags = []notImplFlag{
 	{[]string{"R", "rdma_cm"}, true, "RDMA-CM connection setup; goroce bench connects through perftest's TCP exchange"},
 	{[]string{"z", "com_rdma_cm"}, true, "exchange over RDMA-CM"},
 	{[]string{"O", "dualport"}, true, "dual-port mode; goroce devices have one port"},
@@ -59,17 +65,37 @@ var perftestOnlyFlags = []struct {
 	{[]string{"typical_pkt_size"}, false, "rate limiter"},
 }
 
+// pingpongOnlyFlags are rdma-core's ibv_rc_pingpong flags goroce
+// pingpong refuses, in the form of perftestOnlyFlags.
+var pingpongOnlyFlags = []notImplFlag{
+	{[]string{"o", "odp"}, true, "on-demand paging"},
+	{[]string{"O", "iodp"}, true, "implicit on-demand paging"},
+	{[]string{"P", "prefetch"}, true, "ODP prefetch"},
+	{[]string{"t", "ts"}, true, "completion timestamps"},
+	{[]string{"j", "dm"}, true, "device memory"},
+	{[]string{"N", "new_send"}, true, "ibv_wr_* post send"},
+}
+
 // addPerftestOnly registers perftestOnlyFlags on fs; *given names the
 // first one used.
 func addPerftestOnly(fs *flag.FlagSet, given *string) {
-	for _, f := range perftestOnlyFlags {
+	addNotImplemented(fs, perftestOnlyFlags, "perftest", "goroce bench", given)
+}
+
+// addPingpongOnly registers pingpongOnlyFlags on fs.
+func addPingpongOnly(fs *flag.FlagSet, given *string) {
+	addNotImplemented(fs, pingpongOnlyFlags, "ibv_rc_pingpong", "goroce pingpong", given)
+}
+
+func addNotImplemented(fs *flag.FlagSet, flags []notImplFlag, tool, cmd string, given *string) {
+	for _, f := range flags {
 		for _, n := range f.names {
 			dash := "--"
 			if len(n) == 1 {
 				dash = "-"
 			}
-			fs.Var(&perftestOnly{name: dash + n, what: f.what, boolean: f.boolean, given: given}, n,
-				"perftest's "+f.what+": not implemented ("+strings.Join(f.names, ", ")+")")
+			fs.Var(&perftestOnly{name: dash + n, what: f.what, tool: tool, cmd: cmd, boolean: f.boolean, given: given}, n,
+				tool+"'s "+f.what+": not implemented ("+strings.Join(f.names, ", ")+")")
 		}
 	}
 }

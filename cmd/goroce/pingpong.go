@@ -82,6 +82,8 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.check, "chk", false, "same as -c")
 	fs.StringVar(&o.qp, "qp", "rc", "QP type: rc, uc or ud (ibv_rc/uc/ud_pingpong)")
 	fs.IntVar(&o.srq, "srq", 0, "behave as ibv_srq_pingpong with `N` RC QPs on one SRQ")
+	var notImpl string
+	addPingpongOnly(fs, &notImpl)
 	lf := addLinkFlags(fs)
 	fs.Usage = func() {
 		usageFunc(fs, pingpongSynopsis)()
@@ -92,6 +94,10 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	pos, status, ok := parseInterspersed(fs, args, stdout, stderr)
 	if !ok {
 		return status
+	}
+	if notImpl != "" {
+		fmt.Fprintf(stderr, "%s: %s\n", name, notImpl)
+		return exitUsage
 	}
 	if len(pos) > 1 {
 		fmt.Fprintf(stderr, "%s: more than one HOST (%s)\n", name, strings.Join(pos, " "))
