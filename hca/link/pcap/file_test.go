@@ -234,6 +234,31 @@ func TestReaderErrors(t *testing.T) {
 	}
 }
 
+// A classic pcap header with a snap length of 0 is read as libpcap and
+// tshark read it, with the largest snap length, not refused at the first
+// record.
+func TestReaderSnaplenZero(t *testing.T) {
+	file := writeCapture(t, LinkTypeEthernet, readRequestFrame, readRequestFrame)
+	binary.LittleEndian.PutUint32(file[16:], 0)
+	r, err := NewReader(bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f Frame
+	n := 0
+	for ; ; n++ {
+		if err = r.Next(&f); err != nil {
+			break
+		}
+		if !bytes.Equal(f.Data, readRequestFrame) {
+			t.Fatalf("frame %d: % x", n, f.Data)
+		}
+	}
+	if err != io.EOF || n != 2 {
+		t.Fatalf("after %d frames: %v, want io.EOF after 2", n, err)
+	}
+}
+
 func FuzzReader(f *testing.F) {
 	f.Add(writeCaptureF(LinkTypeEthernet, readRequestFrame))
 	f.Add(writeCaptureF(LinkTypeERF, readRequestFrame[:30]))

@@ -175,8 +175,11 @@ func NewReader(r io.Reader) (*Reader, error) {
 			// (and the first record's capture length, which it bounds by
 			// the snap length), unchecked: a 4 GiB snap length in a
 			// 100-byte file was a 4 GiB allocation, a fatal out of memory.
-			// libpcap takes no record longer than maxSnaplen either.
-			if order.Uint32(hdr[16:]) > maxSnaplen {
+			// libpcap takes no record longer than maxSnaplen either. A
+			// snap length of 0 is libpcap's "unknown": it reads such a
+			// file with the maximum (as tshark does), where pcapgo would
+			// refuse every record.
+			if s := order.Uint32(hdr[16:]); s == 0 || s > maxSnaplen {
 				order.PutUint32(hdr[16:], maxSnaplen)
 			}
 		}
