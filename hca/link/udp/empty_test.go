@@ -2,10 +2,7 @@
 
 package udp
 
-import (
-	"net"
-	"testing"
-)
+import "testing"
 
 // A zero-length datagram is not a RoCE packet: whatever path receives it
 // (GRO or not, plain IPv4 or the raw socket), it is either handed up as a
@@ -30,18 +27,7 @@ func TestEmptyDatagramCounted(t *testing.T) {
 			if !tc.gro {
 				noGRO(t, b)
 			}
-			ns.do(t, func() {
-				c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 4791})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				for _, n := range []int{0, 40} {
-					if _, err := c.Write(make([]byte, n)); err != nil {
-						t.Fatal(err)
-					}
-				}
-			})
+			sendZeros(t, ns, 0, 40)
 			bufs := [][]byte{make([]byte, 2000), make([]byte, 2000)}
 			sizes := make([]int, len(bufs))
 			empty := 0

@@ -17,20 +17,9 @@ func TestDirectCompactsIntoSmallerBuffer(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	noGRO(t, b)
-	ns.do(t, func() {
-		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 4791})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		// 200 bytes: truncated in the 100-byte buffer 0; 150 bytes: fits
-		// buffer 1, not buffer 0; 40 bytes: fits either.
-		for _, n := range []int{200, 150, 40} {
-			if _, err := c.Write(make([]byte, n)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
+	// 200 bytes: truncated in the 100-byte buffer 0; 150 bytes: fits
+	// buffer 1, not buffer 0; 40 bytes: fits either.
+	sendZeros(t, ns, 200, 150, 40)
 	bufs := [][]byte{make([]byte, 100), make([]byte, 2000), make([]byte, 2000)}
 	sizes := make([]int, len(bufs))
 	got := 0
@@ -52,4 +41,23 @@ func TestDirectCompactsIntoSmallerBuffer(t *testing.T) {
 	if st := b.Stats(); st.RxTooLarge != 2 {
 		t.Errorf("RxTooLarge %d, want 2 (the truncated datagram and the one too large for buffer 0)", st.RxTooLarge)
 	}
+}
+
+// sendZeros sends, inside ns, datagrams of zeros of the given sizes from a
+// plain UDP socket on 127.0.0.1 to the RoCEv2 port of 127.0.0.2: what a
+// hostile peer, not a goroce endpoint, puts on the wire.
+func sendZeros(t *testing.T, ns *netNS, sizes ...int) {
+	t.Helper()
+	ns.do(t, func() {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 4791})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, n := range sizes {
+			if _, err := c.Write(make([]byte, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
