@@ -101,7 +101,6 @@ var rcTimeout uint8 = 14
 
 const allAccess = hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
 
-// connect moves both QPs to RTS, each pointing at the other.
 // udEnds returns two connected UD ends on a memlink pair and the GID of
 // b's device, for the AH a sends to b through.
 func udEnds(t testing.TB) (a, b *end, bgid hca.GID) {
@@ -114,6 +113,7 @@ func udEnds(t testing.TB) (a, b *end, bgid hca.GID) {
 	return a, b, bgid
 }
 
+// connect moves both QPs to RTS, each pointing at the other.
 func connect(t testing.TB, a, b *end, mtu bth.MTU, psnA, psnB bth.PSN) {
 	t.Helper()
 	for _, s := range []struct {
