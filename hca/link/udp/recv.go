@@ -745,16 +745,14 @@ func (r *rxState) groSize(d []byte, gro int) int {
 // that fits room bytes with hl bytes of headers in front, counting those
 // that do not as too large; ok false: d is done, and r has moved past it.
 func (r *rxState) groSegment(d []byte, gro, hl, room int) (seg []byte, ok bool) {
-	if len(d) == 0 {
-		// An empty datagram has no segment to hand up: drop it here,
-		// counted, as the decoder would a header-only frame.
-		r.e.st.rxMalformed.Add(1)
-		r.next()
-		return nil, false
-	}
 	for {
 		start := r.seg * gro
 		if start >= len(d) {
+			if len(d) == 0 {
+				// An empty datagram has no segment to hand up: it is
+				// counted here, as the decoder would a header-only frame.
+				r.e.st.rxMalformed.Add(1)
+			}
 			r.next()
 			return nil, false
 		}
