@@ -99,6 +99,18 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %s\n", name, notImpl)
 		return exitUsage
 	}
+	// o.size 0 means "the tool's default" to pingpong.Config, so an explicit
+	// -s 0 would otherwise run 4096-byte messages the user did not ask for.
+	sizeZero := false
+	fs.Visit(func(f *flag.Flag) {
+		if (f.Name == "s" || f.Name == "size") && f.Value.String() == "0" {
+			sizeZero = true
+		}
+	})
+	if sizeZero {
+		fmt.Fprintf(stderr, "%s: -s 0: goroce pingpong sends messages of at least 1 byte\n", name)
+		return exitUsage
+	}
 	if len(pos) > 1 {
 		fmt.Fprintf(stderr, "%s: more than one HOST (%s)\n", name, strings.Join(pos, " "))
 		return exitUsage

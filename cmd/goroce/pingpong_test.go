@@ -287,6 +287,8 @@ func TestPingpongCLIErrors(t *testing.T) {
 		{"rdma-core flag not implemented", []string{"-o"}, exitUsage, "-o (ibv_rc_pingpong's on-demand paging) is not implemented"},
 		{"rdma-core long flag not implemented", []string{"--ts"}, exitUsage, "--ts (ibv_rc_pingpong's completion timestamps) is not implemented"},
 		{"two hosts", []string{"a", "b"}, exitUsage, "more than one HOST"},
+		{"zero size", []string{"-s", "0"}, exitUsage, "-s 0: goroce pingpong sends messages of at least 1 byte"},
+		{"zero size long", []string{"--size=0"}, exitUsage, "-s 0"},
 		{"bad port", []string{"-p", "70000"}, exitUsage, "-p 70000"},
 		{"bad ib port", []string{"-i", "0"}, exitUsage, "-i 0"},
 		{"bad sl", []string{"-l", "16"}, exitUsage, "-l 16"},
