@@ -91,7 +91,7 @@ func (cq *CQ) Push(wc *WC) bool {
 
 // overrun raises the asynchronous events of a lost completion, as verbs
 // devices do: CQ_ERR the first time the CQ overruns, and QP_FATAL, once per
-// QP, for the QP whose completion was lost (its engine moves it to ERR, since
+// QP between RESETs, for the QP whose completion was lost (its engine moves it to ERR, since
 // it can no longer report its work). Without them an application that does
 // not poll would never learn why its QP stopped.
 func (cq *CQ) overrun(wc *WC, first bool) {

@@ -8,7 +8,7 @@ const (
 	EventSRQLimitReached EventType = iota + 1
 	// EventQPFatal: the QP lost a completion to an overrun of its CQ and
 	// went to ERR (a local work queue catastrophic error); raised once per
-	// QP.
+	// QP until it is next moved to RESET.
 	EventQPFatal
 	EventSQDrained
 	// EventCQErr: the CQ overran and lost a completion; raised the first

@@ -92,7 +92,7 @@ type QP struct {
 	inlineTo *reader
 
 	destroyed atomic.Bool
-	fatal     atomic.Bool // EventQPFatal raised (CQ.overrun)
+	fatal     atomic.Bool // EventQPFatal raised since the last RESET (CQ.overrun)
 	// Owned by the runtime worker:
 	shard  *shard         // the runtime shard of the QPN, fixed at creation
 	active bool           // in the shard's active list
@@ -437,6 +437,9 @@ func (q *QP) modify(attr *QPAttr, mask AttrMask) (sending bool, dst netip.Addr, 
 		}
 		q.pathOK = false
 		q.inlineTo = nil
+		// A QP reused after RESET reports its next lost completion
+		// again (CQ.overrun): QP_FATAL is once per life, not per QP.
+		q.fatal.Store(false)
 	}
 	q.checkDrained() // an empty send queue is drained at once
 	return q.typ == RC && (to == StateRTS || to == StateSQD), dst, nil
