@@ -29,6 +29,9 @@ type CQ struct {
 
 	avail  chan struct{} // 1-buffered: a completion arrived (for Wait)
 	events chan struct{} // 1-buffered: completion event after ReqNotify
+	// gone is closed when the CQ dies: unlike one token on avail, it
+	// wakes every goroutine blocked in Wait.
+	gone chan struct{}
 }
 
 // CreateCQ creates a completion queue with room for at least cqe entries
@@ -45,7 +48,8 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if len(d.cqs) >= d.attr.MaxCQ {
 		return nil, fmt.Errorf("%w: max_cq %d", ErrLimit, d.attr.MaxCQ)
 	}
-	cq := &CQ{dev: d, busyPoll: d.opts.BusyPoll, ring: make([]WC, cqe), avail: make(chan struct{}, 1), events: make(chan struct{}, 1)}
+	cq := &CQ{dev: d, busyPoll: d.opts.BusyPoll, ring: make([]WC, cqe), avail: make(chan struct{}, 1), events: make(chan struct{}, 1),
+		gone: make(chan struct{})}
 	d.cqs[cq] = struct{}{}
 	return cq, nil
 }
@@ -184,6 +188,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		}
 		select {
 		case <-cq.avail:
+		case <-cq.gone:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -236,11 +241,10 @@ func (cq *CQ) Destroy() error {
 
 func (cq *CQ) close() {
 	cq.mu.Lock()
-	cq.dead = true
-	cq.mu.Unlock()
-	select {
-	case cq.avail <- struct{}{}:
-	default:
+	defer cq.mu.Unlock()
+	if !cq.dead {
+		cq.dead = true
+		close(cq.gone)
 	}
 }
 

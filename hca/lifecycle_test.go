@@ -1,7 +1,10 @@
 package hca_test
 
 import (
+	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +83,65 @@ func TestQPFatalAgainAfterReset(t *testing.T) {
 			t.Fatalf("round %d: %d completions left after Poll", round, n)
 		}
 	}
+}
+
+// blockedInWait waits until n goroutines are blocked in CQ.Wait's select.
+func blockedInWait(t *testing.T, n int) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		k := 0
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[select") && strings.Contains(g, "hca.(*CQ).Wait(") {
+				k++
+			}
+		}
+		if k >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines blocked in CQ.Wait after 20 s, want %d", k, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// waitAll waits for the results of n waiters on errs, failing the test
+// with the goroutines' stacks if they do not all come within 20 s.
+func waitAll(t *testing.T, errs <-chan error, n int, want error) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for i := 0; i < n; i++ {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, want) {
+				t.Errorf("waiter %d: %v, want %v", i, err, want)
+			}
+		case <-timeout:
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d of %d waiters still blocked in CQ.Wait after 20 s:\n%s", n-i, n, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}
+
+// TestCloseWakesEveryCQWaiter: several goroutines block in Wait on one CQ
+// (any goroutine may use a CQ) with no deadline, and the device is closed.
+// Every one of them must return ErrDestroyed, as Wait documents; a single
+// wake-up token used to wake one and leave the others blocked for good.
+func TestCloseWakesEveryCQWaiter(t *testing.T) {
+	da, _ := pair(t, memlink.Config{})
+	cq, err := da.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 3
+	errs := make(chan error, waiters)
+	for i := 0; i < waiters; i++ {
+		go func() { errs <- cq.Wait(context.Background()) }()
+	}
+	blockedInWait(t, waiters)
+	if err := da.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, errs, waiters, hca.ErrDestroyed)
 }
