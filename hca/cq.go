@@ -227,12 +227,14 @@ func (cq *CQ) Destroy() error {
 		cq.mu.Unlock()
 		return ErrDestroyed
 	}
-	if cq.refs > 0 {
+	if refs := cq.refs; refs > 0 {
 		cq.mu.Unlock()
-		return fmt.Errorf("%w: CQ used by %d QPs", ErrInUse, cq.refs)
+		return fmt.Errorf("%w: CQ used by %d QPs", ErrInUse, refs)
 	}
+	// Dead under the same lock as the check: a CreateQP's ref in between
+	// would give a QP a destroyed CQ, and a second Destroy would succeed.
+	cq.closeLocked()
 	cq.mu.Unlock()
-	cq.close()
 	cq.dev.mu.Lock()
 	delete(cq.dev.cqs, cq)
 	cq.dev.mu.Unlock()
@@ -241,7 +243,12 @@ func (cq *CQ) Destroy() error {
 
 func (cq *CQ) close() {
 	cq.mu.Lock()
-	defer cq.mu.Unlock()
+	cq.closeLocked()
+	cq.mu.Unlock()
+}
+
+// closeLocked marks the CQ dead and wakes its waiters; cq.mu must be held.
+func (cq *CQ) closeLocked() {
 	if !cq.dead {
 		cq.dead = true
 		close(cq.gone)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,4 +145,60 @@ func TestCloseWakesEveryCQWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAll(t, errs, waiters, hca.ErrDestroyed)
+}
+
+// TestCQDestroyRacingCreateQP: CQ.Destroy against a CreateQP that takes
+// the CQ and a second Destroy. Either the QP gets the CQ and both Destroys
+// fail with ErrInUse, or one Destroy wins and CreateQP fails; never a QP on
+// a destroyed CQ (its completions would vanish) or two successful Destroys.
+// Destroy used to check the QP count and mark the CQ dead under two
+// separate holds of its lock (and read the count after releasing it, which
+// -race reports); run with -race to widen the window.
+func TestCQDestroyRacingCreateQP(t *testing.T) {
+	da, _ := pair(t, memlink.Config{})
+	pd, err := da.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials := 20000
+	if testing.Short() {
+		trials = 2000
+	}
+	for trial := 0; trial < trials; trial++ {
+		cq, err := da.CreateCQ(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var qp *hca.QP
+		var qerr error
+		var derr [2]error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			qp, qerr = pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: cq, RecvCQ: cq, Cap: hca.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+		})
+		wg.Go(func() { derr[0] = cq.Destroy() })
+		wg.Go(func() { derr[1] = cq.Destroy() })
+		wg.Wait()
+		switch {
+		case derr[0] == nil && derr[1] == nil:
+			t.Fatalf("trial %d: both Destroys of one CQ succeeded", trial)
+		case qerr == nil && (derr[0] == nil || derr[1] == nil):
+			t.Fatalf("trial %d: CreateQP got a CQ that Destroy destroyed (Destroy: %v, %v)", trial, derr[0], derr[1])
+		case qerr != nil && !errors.Is(qerr, hca.ErrDestroyed):
+			t.Fatalf("trial %d: CreateQP: %v, want success or ErrDestroyed", trial, qerr)
+		}
+		for _, err := range derr {
+			if err != nil && !errors.Is(err, hca.ErrInUse) && !errors.Is(err, hca.ErrDestroyed) {
+				t.Fatalf("trial %d: Destroy: %v", trial, err)
+			}
+		}
+		if qp != nil {
+			if err := qp.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+			if err := cq.Destroy(); err != nil {
+				t.Fatalf("trial %d: Destroy once the QP is gone: %v", trial, err)
+			}
+		}
+	}
 }
