@@ -414,7 +414,30 @@ func (d *Device) Close() error {
 	for cq := range d.cqs {
 		cq.close()
 	}
+	srqs := make([]*SRQ, 0, len(d.srqs))
+	for s := range d.srqs {
+		srqs = append(srqs, s)
+	}
+	pds := make([]*PD, 0, len(d.pds))
+	for _, pd := range d.pds {
+		pds = append(pds, pd)
+	}
 	d.mu.Unlock()
+	// SRQs and PDs too, so that their calls after Close fail as the QPs'
+	// and CQs' do: an SRQ would take receives nothing completes, and a
+	// PD, still counting the QPs Close destroyed, would refuse
+	// deallocation as in use. Outside d.mu: their Destroy and Dealloc
+	// take their own lock before it.
+	for _, s := range srqs {
+		s.mu.Lock()
+		s.dead = true
+		s.mu.Unlock()
+	}
+	for _, pd := range pds {
+		pd.mu.Lock()
+		pd.dead = true
+		pd.mu.Unlock()
+	}
 	return err
 }
 

@@ -202,3 +202,45 @@ func TestCQDestroyRacingCreateQP(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseDestroysSRQsAndPDs: after Device.Close, the calls of its SRQs
+// and PDs fail with ErrDestroyed, as those of its QPs and CQs do. An SRQ
+// used to take receives that nothing would ever complete, and a PD,
+// still counting the QPs Close had destroyed, refused deallocation as
+// "in use".
+func TestCloseDestroysSRQsAndPDs(t *testing.T) {
+	da, _ := pair(t, memlink.Config{})
+	pd, err := da.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := da.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := pd.CreateSRQ(hca.SRQAttr{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.CreateQP(hca.QPInitAttr{Type: hca.RC, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: hca.QPCap{MaxSendWR: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := da.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.PostRecv(&hca.RecvWR{ID: 1}); !errors.Is(err, hca.ErrDestroyed) {
+		t.Errorf("SRQ PostRecv after Close: %v, want ErrDestroyed", err)
+	}
+	if err := srq.Modify(1); !errors.Is(err, hca.ErrDestroyed) {
+		t.Errorf("SRQ Modify after Close: %v, want ErrDestroyed", err)
+	}
+	if err := srq.Destroy(); !errors.Is(err, hca.ErrDestroyed) {
+		t.Errorf("SRQ Destroy after Close: %v, want ErrDestroyed", err)
+	}
+	if err := pd.Dealloc(); !errors.Is(err, hca.ErrDestroyed) {
+		t.Errorf("PD Dealloc after Close: %v, want ErrDestroyed", err)
+	}
+	if _, err := pd.CreateSRQ(hca.SRQAttr{MaxWR: 4, MaxSGE: 1}); err == nil {
+		t.Errorf("CreateSRQ after Close succeeded")
+	}
+}
