@@ -399,7 +399,12 @@ func (d *Device) hasGID(g GID) bool {
 func (d *Device) now() transport.Time { return transport.Time(time.Since(d.epoch)) }
 
 // Close destroys every object of the device, stops its goroutines and
-// closes the link. It is safe to call more than once.
+// closes the link. It is safe to call more than once. As with QP.Destroy,
+// work requests still outstanding are dropped without completions (the QPs
+// are not moved to ERR first); CQ.Poll still returns what the CQs held, then
+// ErrDestroyed, and every goroutine in CQ.Wait returns ErrDestroyed. To
+// collect every WR's completion, move the QPs to ERR and poll their flushes
+// before closing.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
