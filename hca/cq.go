@@ -176,11 +176,22 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		// Whoever waits does not poll: send what polling deferred.
 		flushAllDeferred(nil, false)
 	}
-	for {
+	for woke := false; ; woke = true {
 		cq.mu.Lock()
 		n, dead := cq.n, cq.dead
 		cq.mu.Unlock()
 		if n > 0 {
+			if woke {
+				// Pass the wake-up on: two Pushes that land before two
+				// waiters block leave one token in the 1-slot channel,
+				// and the other waiter would sleep on a CQ that holds
+				// completions. A spare token costs a later Wait one
+				// more look at n.
+				select {
+				case cq.avail <- struct{}{}:
+				default:
+				}
+			}
 			return nil
 		}
 		if dead {

@@ -244,3 +244,48 @@ func TestCloseDestroysSRQsAndPDs(t *testing.T) {
 		t.Errorf("CreateSRQ after Close succeeded")
 	}
 }
+
+// TestCQWaitersAllWake: two goroutines enter Wait as two completions
+// arrive. Wait promises to return once the CQ holds a completion, so
+// neither may sleep on: the 1-slot wake-up channel used to drop the second
+// Push's token when both pushes landed before either waiter blocked, and
+// the waiter that took the one token did not pass it on, leaving the other
+// asleep on a CQ that held two completions. A race, so many rounds.
+func TestCQWaitersAllWake(t *testing.T) {
+	da, _ := pair(t, memlink.Config{})
+	rounds := 3000
+	if testing.Short() {
+		rounds = 300
+	}
+	for r := 0; r < rounds; r++ {
+		cq, err := da.CreateCQ(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs := make(chan error, 2)
+		var start sync.WaitGroup
+		start.Add(2)
+		for i := 0; i < 2; i++ {
+			go func() {
+				start.Done()
+				errs <- cq.Wait(ctx)
+			}()
+		}
+		start.Wait()
+		for i := 0; i < 2; i++ {
+			if !cq.Push(&hca.WC{WRID: uint64(i)}) {
+				t.Fatal("push refused")
+			}
+		}
+		for i := 0; i < 2; i++ {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a waiter returned %v with %d completions queued", r, err, cq.Len())
+			}
+		}
+		cancel()
+		if err := cq.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
