@@ -28,6 +28,12 @@ const (
 	DefaultRxFrames = 1024
 	DefaultTxFrames = 512
 	maxFrames       = 1 << 16
+	// maxQueue is the largest queue id the kernel can bind: it keeps the
+	// id in 16 bits (xsk_reg_pool_at_qid), so a larger one binds the
+	// socket to the id modulo 65536 while the XSKMAP entry sits at the
+	// full id, where the program (keyed by the queue a frame came in on)
+	// never looks: a socket that receives nothing.
+	maxQueue = 1<<16 - 1
 
 	descSize = 16 // struct xdp_desc
 	addrSize = 8  // a fill or completion ring entry
@@ -35,8 +41,9 @@ const (
 
 // Config configures Open.
 type Config struct {
-	// Ifindex and Queue name the interface and its receive queue. Frames
-	// the interface receives on other queues pass to the stack.
+	// Ifindex and Queue name the interface and its receive queue (0 to
+	// 65535). Frames the interface receives on other queues pass to the
+	// stack.
 	Ifindex int
 	Queue   int
 	// MAC is the interface's address: frames to any other pass.
@@ -152,6 +159,12 @@ func Open(cfg Config) (*Socket, error) {
 	}
 	if !isPow2(cfg.RxFrames) || !isPow2(cfg.TxFrames) || cfg.RxFrames+cfg.TxFrames > maxFrames {
 		return nil, fmt.Errorf("xsk: %d RX and %d TX frames: want powers of two, %d in all at most", cfg.RxFrames, cfg.TxFrames, maxFrames)
+	}
+	if cfg.Queue < 0 || cfg.Queue > maxQueue {
+		// Checked here: the XSKMAP is sized Queue+1, which the kernel
+		// would refuse as EINVAL (read as ErrUnsupported) for -1, or
+		// try to allocate at gigabytes for a huge id.
+		return nil, fmt.Errorf("xsk: queue %d: want 0 to %d", cfg.Queue, maxQueue)
 	}
 	if cfg.BindWait == 0 {
 		cfg.BindWait = 3 * time.Second

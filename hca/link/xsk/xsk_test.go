@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -360,4 +361,31 @@ func TestRecvLongFrameWaits(t *testing.T) {
 	if l := b.s.NextLen(); l != 0 {
 		t.Fatalf("NextLen of an empty ring = %d", l)
 	}
+}
+
+// TestQueueRange: a queue id outside what the kernel binds is refused by
+// name, before anything is created: -1 made an XSKMAP of 0 entries, whose
+// EINVAL read as ErrUnsupported, and 65536 bound queue 0 (the kernel keeps
+// 16 bits of it) under an XSKMAP entry the program never looks up, so Open
+// succeeded with a socket that could receive nothing.
+func TestQueueRange(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	h.A.Do(t, func() error {
+		ifc, err := net.InterfaceByName(h.A.Ifname)
+		if err != nil {
+			return err
+		}
+		for _, q := range []int{-1, -2, 65536, 1 << 20} {
+			s, err := Open(Config{Ifindex: ifc.Index, MAC: ifc.HardwareAddr, Queue: q, RxFrames: 64, TxFrames: 64})
+			if err == nil {
+				s.Close()
+				t.Errorf("Open on queue %d succeeded", q)
+				continue
+			}
+			if want := fmt.Sprintf("xsk: queue %d: want 0 to %d", q, 65535); err.Error() != want {
+				t.Errorf("queue %d: %v, want %q", q, err, want)
+			}
+		}
+		return nil
+	})
 }
