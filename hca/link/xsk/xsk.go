@@ -100,6 +100,11 @@ type ring struct {
 // for XDP answers (EINVAL, EAFNOSUPPORT, EOPNOTSUPP, ENOSYS).
 var ErrUnsupported = errors.New("the kernel has no AF_XDP sockets, XDP programs or XDP BPF links (Linux 5.9+ with CONFIG_XDP_SOCKETS)")
 
+// ErrNoNativeXDP wraps EOPNOTSUPP from attaching the program in native
+// mode (Config.Native): the interface's driver has no XDP of its own
+// (dev_xdp_attach finds no ndo_bpf). Generic mode works on it.
+var ErrNoNativeXDP = errors.New("the interface's driver has no native XDP mode (generic mode works on every driver)")
+
 // ErrNotPermitted wraps EPERM and EACCES from the bpf and socket calls:
 // not root, or a kernel that refuses eBPF even to root (lockdown, a
 // seccomp filter).
@@ -310,6 +315,11 @@ func (s *Socket) open(cfg Config) error {
 		}
 		if errors.Is(err, unix.EBUSY) {
 			return fmt.Errorf("xsk: attaching the XDP program (%s mode) to interface %d: %w (the interface has an XDP program already)", what, cfg.Ifindex, err)
+		}
+		if cfg.Native && errors.Is(err, unix.EOPNOTSUPP) {
+			// The kernel has BPF links for XDP (a kernel without them
+			// answers EINVAL); this driver has no native mode.
+			return fmt.Errorf("xsk: attaching the XDP program (native mode) to interface %d: %w (%w)", cfg.Ifindex, ErrNoNativeXDP, err)
 		}
 		return classify(fmt.Sprintf("attaching the XDP program (%s mode) to interface %d", what, cfg.Ifindex), err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -388,4 +389,55 @@ func TestQueueRange(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestNativeUnsupported: native mode on an interface whose driver has no
+// XDP of its own (lo) fails with ErrNoNativeXDP, not with ErrUnsupported,
+// which says the kernel has no AF_XDP at all (and makes callers skip), and
+// leaves no descriptor open.
+func TestNativeUnsupported(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	h.A.Do(t, func() error {
+		if err := netcfg.SetUp(nil, "lo"); err != nil {
+			return err
+		}
+		lo, err := net.InterfaceByName("lo")
+		if err != nil {
+			return err
+		}
+		mac := make(net.HardwareAddr, 6) // lo's: all zeros
+		cfg := Config{Ifindex: lo.Index, MAC: mac, RxFrames: 64, TxFrames: 64}
+		s, err := Open(cfg)
+		if errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNotPermitted) {
+			t.Skipf("AF_XDP: %v", err)
+		}
+		if err != nil {
+			return fmt.Errorf("generic mode on lo: %w", err)
+		}
+		s.Close()
+		fds := openFDs(t)
+		cfg.Native = true
+		s, err = Open(cfg)
+		if err == nil {
+			s.Close()
+			t.Skip("lo takes native XDP on this kernel")
+		}
+		if !errors.Is(err, ErrNoNativeXDP) || errors.Is(err, ErrUnsupported) || !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("native mode on lo: %v; want ErrNoNativeXDP (EOPNOTSUPP), not ErrUnsupported", err)
+		}
+		if n := openFDs(t); n != fds {
+			t.Errorf("%d descriptors open after the failed Open, %d before", n, fds)
+		}
+		return nil
+	})
+}
+
+// openFDs counts the process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
