@@ -349,8 +349,12 @@ func (s *Socket) Ready() bool {
 // Recv copies up to len(bufs) received frames into bufs[i][off:], sets
 // sizes[i], and returns how many it delivered; it never waits. A frame
 // longer than its buffer ends the call and stays at the head of the ring
-// (NextLen), for a call with a buffer that holds it.
+// (NextLen), for a call with a buffer that holds it; a buffer that off
+// lies outside of (off negative, or past its end) holds none.
 func (s *Socket) Recv(bufs [][]byte, sizes []int, off int) int {
+	if off < 0 {
+		return 0 // no buffer has room: every frame stays, as one too long would
+	}
 	cons := *s.rx.cons
 	prod := atomic.LoadUint32(s.rx.prod) // acquire: the descriptors and frames before it are written
 	if cons == prod {
@@ -362,11 +366,10 @@ func (s *Socket) Recv(bufs [][]byte, sizes []int, off int) int {
 		d := s.rx.xdesc(cons)
 		a, l := d.Addr, uint64(d.Len)
 		if a+l <= uint64(len(s.umem)) {
-			out := bufs[n][off:]
-			if int(l) > len(out) {
+			if off > len(bufs[n]) || int(l) > len(bufs[n])-off {
 				break
 			}
-			sizes[n] = copy(out, s.umem[a:a+l])
+			sizes[n] = copy(bufs[n][off:], s.umem[a:a+l])
 			n++
 		}
 		*s.fill.addr(fp) = a &^ (ChunkSize - 1)
@@ -406,9 +409,13 @@ var ErrFrameTooLarge = errors.New("xsk: frame longer than a UMEM chunk")
 // kernel until it has taken them all. It returns how many frames are past:
 // sent, or counted in TxDropped when the device refused them (ENOBUFS,
 // ENETDOWN) or no chunk came back for 100 ms (a device that never
-// completes). Frames over MaxFrame are refused before anything is sent.
+// completes). Frames over MaxFrame, and an offset outside a frame's
+// buffer, are refused before anything is sent.
 func (s *Socket) Send(frames [][]byte, off int) (int, error) {
 	for i, f := range frames {
+		if off < 0 || off > len(f) {
+			return 0, fmt.Errorf("xsk: frame %d: offset %d outside its %d-byte buffer", i, off, len(f))
+		}
 		if len(f)-off > MaxFrame {
 			return 0, fmt.Errorf("frame %d: %d bytes: %w", i, len(f)-off, ErrFrameTooLarge)
 		}

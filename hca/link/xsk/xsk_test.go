@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -440,4 +441,42 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// TestBadOffset: an offset outside the caller's buffers is refused by
+// Send with an error, nothing sent, and leaves Recv no room (the frame
+// stays at the head of the ring), where both sliced past the buffer and
+// panicked.
+func TestBadOffset(t *testing.T) {
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	a := open(t, h.A, Config{RxFrames: 64, TxFrames: 64})
+	b := open(t, h.B, Config{RxFrames: 64, TxFrames: 64})
+	f := frame(h.A.MAC, h.B.MAC, etherTypeIPv4, h.A.Addr, h.B.Addr, roceV2Port, 100, 1)
+	for _, off := range []int{-1, len(f) + 1} {
+		if n, err := a.s.Send([][]byte{f}, off); n != 0 || err == nil || !strings.Contains(err.Error(), "offset") {
+			t.Errorf("Send at offset %d = %d, %v; want 0 and an error naming the offset", off, n, err)
+		}
+	}
+	if st := a.s.Stats(); st.TxFrames != 0 || st.TxKicks != 0 {
+		t.Fatalf("refused Sends queued frames: %+v", st)
+	}
+	if n, err := a.s.Send([][]byte{f}, 0); n != 1 || err != nil {
+		t.Fatalf("Send = %d, %v", n, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); b.s.NextLen() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if l := b.s.NextLen(); l != len(f) {
+		t.Fatalf("NextLen = %d, want %d", l, len(f))
+	}
+	buf := [][]byte{make([]byte, ChunkSize)}
+	sizes := []int{0}
+	for _, off := range []int{-1, ChunkSize + 1} {
+		if n := b.s.Recv(buf, sizes, off); n != 0 {
+			t.Fatalf("Recv at offset %d = %d", off, n)
+		}
+	}
+	if n := b.s.Recv(buf, sizes, 0); n != 1 || !bytes.Equal(buf[0][:sizes[0]], f) {
+		t.Fatalf("Recv = %d: the frame did not stay at the head of the ring", n)
+	}
 }
