@@ -168,6 +168,9 @@ func (e *Endpoint) setupTxRing() error {
 		return err
 	}
 	if g.file, err = e.w.File(fd, "afpacket-tx:"+e.ifname); err != nil {
+		// The mapping holds the socket (and its pinned ring) after the
+		// descriptor closes: unmap it too.
+		_ = unix.Munmap(g.mem)
 		unix.Close(fd)
 		g.mem = nil
 		return err
