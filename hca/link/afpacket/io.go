@@ -727,9 +727,14 @@ func (t *txState) sendFrames(frames [][]byte, offset int) (int, error) {
 		if !t.e.w.Enter() {
 			return 0, link.ErrClosed
 		}
+		d0 := x.TxDropped()
 		n, err := x.Send(frames, offset)
+		// Send's count includes what the device refused (xsk's TxDropped,
+		// which Stats adds to ours): TxFrames is what went out, as on the
+		// sendmmsg and ring paths.
+		dropped := x.TxDropped() - d0
 		t.e.w.Exit()
-		t.e.st.txFrames.Add(uint64(n))
+		t.e.st.txFrames.Add(uint64(n) - dropped)
 		return n, err
 	}
 	if t.ring.mem == nil || len(frames) == 0 {

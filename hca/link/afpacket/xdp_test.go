@@ -272,3 +272,29 @@ func TestXDPZeroAllocs(t *testing.T) {
 		t.Fatalf("%d frames through the AF_XDP socket, want all %d", st.XDPRxFrames, 52*a.BatchSize())
 	}
 }
+
+// TestXDPDownCountsDropped: frames the device refuses on the XDP path (the
+// interface is down: the kick fails with ENETDOWN) are counted in
+// TxDropped only. sendFrames used to add xsk.Send's whole count, dropped
+// frames included, to TxFrames, so they showed up as sent and as dropped.
+func TestXDPDownCountsDropped(t *testing.T) {
+	netcfg.SkipUnlessRoot(t)
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	a, err := Open(Config{Interface: h.A.Ifname, NetNS: h.A.NS, XDP: true})
+	skipNoXDP(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	frames := lonely(t, h, 0)
+	if err := netcfg.SetDown(h.A.NS, h.A.Ifname); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := a.Write(frames, 0); w != len(frames) || err != nil {
+		t.Fatalf("Write on a down interface = %d, %v; want %d (dropped), nil", w, err, len(frames))
+	}
+	st := a.Stats()
+	if st.TxDropped != uint64(len(frames)) || st.TxFrames != 0 {
+		t.Fatalf("TxFrames %d, TxDropped %d; want 0, %d", st.TxFrames, st.TxDropped, len(frames))
+	}
+}
