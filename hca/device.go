@@ -204,6 +204,11 @@ type Device struct {
 	// Counters are the device counters.
 	Counters Counters
 
+	// evMu orders raise against Close, which closes the event channel: a
+	// Modify racing Close may still raise SQ_DRAINED.
+	evMu     sync.Mutex
+	evClosed bool
+
 	mu      sync.Mutex // protects the object tables below and closed
 	closed  bool
 	nextPD  uint32
@@ -415,6 +420,12 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	err := d.rt.stop()
 	d.qps.each(func(q *QP) { q.markDestroyed() })
+	// Closed, so that a goroutine ranging over Events ends with the
+	// device instead of waiting for good.
+	d.evMu.Lock()
+	d.evClosed = true
+	close(d.rt.events)
+	d.evMu.Unlock()
 	d.mu.Lock()
 	for cq := range d.cqs {
 		cq.close()

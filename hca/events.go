@@ -45,10 +45,15 @@ type AsyncEvent struct {
 
 // Events returns the device's asynchronous event channel. Events are
 // dropped (and counted in EventsDropped) when nobody reads it and its
-// buffer is full.
+// buffer is full. Close closes it, after the events still buffered.
 func (d *Device) Events() <-chan AsyncEvent { return d.rt.events }
 
 func (d *Device) raise(e AsyncEvent) {
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	if d.evClosed {
+		return // the device is closed: nobody is to learn of its QPs
+	}
 	select {
 	case d.rt.events <- e:
 	default:

@@ -289,3 +289,29 @@ func TestCQWaitersAllWake(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseEndsEvents: a goroutine ranging over Device.Events ends when
+// the device closes, after the events still buffered; the channel used to
+// stay open, and such a goroutine waited for good.
+func TestCloseEndsEvents(t *testing.T) {
+	da, _ := pair(t, memlink.Config{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		for range da.Events() {
+			n++
+		}
+		done <- n
+	}()
+	if err := da.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-done:
+		if n != 0 {
+			t.Fatalf("%d events from a device that raised none", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ranging over Events did not end at Close")
+	}
+}
