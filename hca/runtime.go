@@ -91,6 +91,11 @@ type runtime struct {
 	// busy-poll path checks it with one load. deferredAt is when it was.
 	anyDeferred atomic.Bool
 	deferredAt  atomic.Int64
+	// stopping is set by stop before its last flushDeferred: a busy-poll
+	// PostSend racing Close must not leave anyDeferred set on a runtime
+	// nobody will flush (deferring.n would stay above zero for good,
+	// and every Poll of the process would walk the pollers).
+	stopping atomic.Bool
 }
 
 // reader is one receive goroutine's state: the link (or one of its
@@ -310,6 +315,7 @@ func (rt *runtime) start() {
 
 func (rt *runtime) stop() error {
 	if rt.d.opts.BusyPoll {
+		rt.stopping.Store(true)
 		registerBusyPoller(rt, false)
 		rt.flushDeferred(false) // keep deferring.n balanced
 	}
@@ -581,6 +587,11 @@ func (rt *runtime) markDeferred(now transport.Time) {
 	if !rt.anyDeferred.Load() && rt.anyDeferred.CompareAndSwap(false, true) {
 		rt.deferredAt.Store(int64(now))
 		deferring.n.Add(1)
+		// Either stop's flushDeferred sees the flag set, or this sees
+		// stopping (both atomics): take the mark back, as stop would.
+		if rt.stopping.Load() && rt.anyDeferred.CompareAndSwap(true, false) {
+			deferring.n.Add(-1)
+		}
 	}
 }
 

@@ -136,3 +136,27 @@ func threeShards(t *testing.T) (link.Endpoint, *Device, *PD, *CQ) {
 	}
 	return a, d, pd, cq
 }
+
+// TestLateDeferralAfterStop: a busy-poll PostSend that races Close may
+// mark its runtime deferred after stop's last flush. The mark must not
+// outlive the runtime: deferring.n used to stay above zero for good, and
+// every later Poll in the process walked the busy pollers.
+func TestLateDeferralAfterStop(t *testing.T) {
+	a, b, err := memlink.Pair(memlink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d, err := Open(a, Options{BusyPoll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := deferring.n.Load()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d.rt.markDeferred(d.now()) // what the late PostSend does
+	if n := deferring.n.Load(); n != before {
+		t.Fatalf("deferring.n %d after a deferral on a stopped runtime, %d before", n, before)
+	}
+}
