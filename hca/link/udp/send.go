@@ -303,7 +303,15 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 	valid := len(bufs)
 	var bad error
 	for i, b := range bufs {
-		if err := t.checkFrame(b[offset:]); err != nil {
+		var err error
+		if offset < 0 || offset > len(b) {
+			// API misuse, not a frame: an error naming it, not a panic
+			// on the slice.
+			err = fmt.Errorf("%w: offset %d outside a %d-byte buffer", ErrBadFrame, offset, len(b))
+		} else {
+			err = t.checkFrame(b[offset:])
+		}
+		if err != nil {
 			e.st.txRejected.Add(1)
 			valid, bad = i, fmt.Errorf("udp: frame %d: %w", i, err)
 			break
