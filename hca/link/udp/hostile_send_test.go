@@ -42,3 +42,44 @@ func TestWriteOffsetOutside(t *testing.T) {
 	}
 	readFrames(t, b, 1, nil) // the frame before the bad one went out
 }
+
+// TestWritePortZero: a run of frames to UDP port 0 is refused as a bad
+// frame. The kernel would refuse it with EINVAL, which Write took for
+// UDP_SEGMENT refused on the path: GSO went off for every destination
+// (or, through a connected socket, the frames went out to port 0).
+func TestWritePortZero(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v6   bool
+		mod  func(*Config)
+	}{
+		{"ipv4", false, func(c *Config) { c.NoConnect = true }},
+		{"ipv4-connected", false, nil},
+		{"ipv6", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNetNS(t, "fd00::1/128", "fd00::2/128")
+			sa, da, dport := "127.0.0.1", "127.0.0.2", ipv4Hdr+2
+			if tc.v6 {
+				sa, da, dport = "fd00::1", "fd00::2", ipv6Hdr+2
+			}
+			a, b := openPair(t, ns, sa, da, tc.mod)
+			defer a.Close()
+			defer b.Close()
+			if !a.GSO() {
+				t.Skip("kernel has no UDP_SEGMENT")
+			}
+			fs := mustFrames(t, a, b, 0, 9, 1000)
+			for _, f := range fs[1:] {
+				f[dport], f[dport+1] = 0, 0
+			}
+			if n, err := a.Write(fs, 0); n != 1 || !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("Write of a frame and 8 to port 0 = %d, %v; want 1, ErrBadFrame", n, err)
+			}
+			if st := a.Stats(); !a.GSO() || st.GSODisabled != 0 || st.TxErrors != 0 || st.TxRejected != 1 {
+				t.Fatalf("GSO %v, stats %+v: want GSO on, one frame rejected, no kernel error", a.GSO(), st)
+			}
+			readFrames(t, b, 1, nil)
+		})
+	}
+}

@@ -183,7 +183,8 @@ func (t *txState) checkFrame(f []byte) error {
 	if e.is6 {
 		if f[0]>>4 != 6 || f[6] != unix.IPPROTO_UDP ||
 			int(binary.BigEndian.Uint16(f[4:])) != len(f)-ipv6Hdr ||
-			int(binary.BigEndian.Uint16(f[44:])) != len(f)-ipv6Hdr {
+			int(binary.BigEndian.Uint16(f[44:])) != len(f)-ipv6Hdr ||
+			binary.BigEndian.Uint16(f[42:]) == 0 { // see the IPv4 case
 			return ErrBadFrame
 		}
 		if [16]byte(f[8:24]) != e.cfg.Addr.As16() || binary.BigEndian.Uint16(f[40:]) != e.cfg.Port {
@@ -195,7 +196,11 @@ func (t *txState) checkFrame(f []byte) error {
 		int(binary.BigEndian.Uint16(f[2:])) != len(f) ||
 		binary.BigEndian.Uint16(f[4:]) != 0 || // IP ID: the kernel sends 0
 		binary.BigEndian.Uint16(f[6:]) != 0x4000 || // DF, not a fragment
-		int(binary.BigEndian.Uint16(f[24:])) != len(f)-ipv4Hdr {
+		int(binary.BigEndian.Uint16(f[24:])) != len(f)-ipv4Hdr ||
+		// Destination port 0: the kernel refuses it (EINVAL), which
+		// for a GSO run would read as UDP_SEGMENT refused and turn
+		// GSO off for every destination.
+		binary.BigEndian.Uint16(f[22:]) == 0 {
 		return ErrBadFrame
 	}
 	if [4]byte(f[12:16]) != e.cfg.Addr.As4() || binary.BigEndian.Uint16(f[20:]) != e.cfg.Port {

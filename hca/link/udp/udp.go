@@ -126,7 +126,8 @@ type counters struct {
 var (
 	// ErrBadFrame: Write got a frame that is not an IP+UDP packet the kernel
 	// would emit unchanged in the ICRC-covered fields (IPv4 options or
-	// fragments, DF clear, IP ID not 0, lengths disagreeing with the frame).
+	// fragments, DF clear, IP ID not 0, lengths disagreeing with the frame,
+	// UDP destination port 0).
 	ErrBadFrame = errors.New("udp: frame is not an IP/UDP packet this socket can send unchanged")
 	// ErrNotOurSource: Write got a frame whose source IP or UDP source port
 	// is not the endpoint's; the kernel would rewrite it and break the ICRC.
