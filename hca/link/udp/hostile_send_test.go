@@ -5,6 +5,10 @@ package udp
 import (
 	"errors"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/wire"
 )
 
 // TestWriteOffsetOutside: an offset outside a buffer is API misuse, which
@@ -80,6 +84,62 @@ func TestWritePortZero(t *testing.T) {
 				t.Fatalf("GSO %v, stats %+v: want GSO on, one frame rejected, no kernel error", a.GSO(), st)
 			}
 			readFrames(t, b, 1, nil)
+		})
+	}
+}
+
+// TestGSORefusedFallback: when the kernel refuses a GSO super-datagram
+// (here EINVAL, for a socket that sends without UDP checksums), Write
+// turns GSO off and resends: every frame arrives once, in order, and
+// later Writes go without GSO.
+func TestGSORefusedFallback(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v6   bool
+		mod  func(*Config)
+	}{
+		{"ipv4", false, func(c *Config) { c.NoConnect = true }},
+		{"plain", false, func(c *Config) { c.PlainIPv4 = true }},
+		{"ipv6", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNetNS(t, "fd00::1/128", "fd00::2/128")
+			sa, da := "127.0.0.1", "127.0.0.2"
+			level, opt := unix.SOL_SOCKET, unix.SO_NO_CHECK
+			if tc.v6 {
+				sa, da = "fd00::1", "fd00::2"
+				level, opt = unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_TX
+			}
+			a, b := openPair(t, ns, sa, da, tc.mod)
+			defer a.Close()
+			defer b.Close()
+			if !a.GSO() {
+				t.Skip("kernel has no UDP_SEGMENT")
+			}
+			var err error
+			if cerr := a.udpRC.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), level, opt, 1) }); cerr != nil {
+				t.Fatal(cerr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A datagram, then a run that would go as one super-datagram.
+			fs := append(mustFrames(t, a, b, 0, 1, 64), mustFrames(t, a, b, 1, 20, 1000)...)
+			if w, err := a.Write(fs, 0); w != len(fs) || err != nil {
+				t.Fatalf("Write = %d, %v; want %d", w, err, len(fs))
+			}
+			if w, err := a.Write(mustFrames(t, a, b, 21, 10, 1000), 0); w != 10 || err != nil {
+				t.Fatalf("second Write = %d, %v; want 10", w, err)
+			}
+			readFrames(t, b, 31, func(got int, p *wire.Packet) {
+				if int(p.BTH().PSN()) != got {
+					t.Fatalf("frame %d has PSN %d", got, p.BTH().PSN())
+				}
+			})
+			st := a.Stats()
+			if a.GSO() || st.GSODisabled != 1 || st.TxGSOBatches != 0 || st.TxFrames != 31 || st.TxErrors != 0 {
+				t.Fatalf("GSO %v, stats %+v: want GSO turned off, 31 frames sent unsegmented", a.GSO(), st)
+			}
 		})
 	}
 }
