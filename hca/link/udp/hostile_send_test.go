@@ -4,8 +4,10 @@ package udp
 
 import (
 	"errors"
+	"net"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/wire"
@@ -140,6 +142,55 @@ func TestGSORefusedFallback(t *testing.T) {
 			if a.GSO() || st.GSODisabled != 1 || st.TxGSOBatches != 0 || st.TxFrames != 31 || st.TxErrors != 0 {
 				t.Fatalf("GSO %v, stats %+v: want GSO turned off, 31 frames sent unsegmented", a.GSO(), st)
 			}
+		})
+	}
+}
+
+// TestPathMTUTooSmall: a frame within the link MTU but over its route's
+// MTU (a local route of 1200 bytes) is refused by the kernel (DF is set):
+// Write returns EMSGSIZE after the frames before it, counts the error, and
+// frames that fit still go.
+func TestPathMTUTooSmall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"unconnected", func(c *Config) { c.NoConnect = true; c.NoGSO = true }},
+		{"unconnected-gso", func(c *Config) { c.NoConnect = true }},
+		{"connected", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNetNS(t)
+			ns.do(t, func() {
+				lo, err := netlink.LinkByName("lo")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := netlink.RouteReplace(&netlink.Route{
+					LinkIndex: lo.Attrs().Index, Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST,
+					Dst: &net.IPNet{IP: net.IPv4(127, 0, 0, 3).To4(), Mask: net.CIDRMask(32, 32)}, MTU: 1200,
+				}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			a, b := openPair(t, ns, "127.0.0.1", "127.0.0.3", tc.mod)
+			defer a.Close()
+			defer b.Close()
+			fs := append(mustFrames(t, a, b, 0, 1, 64), mustFrames(t, a, b, 1, 4, 1400)...)
+			if w, err := a.Write(fs, 0); w != 1 || !errors.Is(err, unix.EMSGSIZE) {
+				t.Fatalf("Write of a small frame and 4 over the path MTU = %d, %v; want 1, EMSGSIZE", w, err)
+			}
+			if st := a.Stats(); st.TxErrors == 0 || st.TxFrames != 1 {
+				t.Fatalf("stats %+v: want the refusal counted, one frame sent", st)
+			}
+			if w, err := a.Write(mustFrames(t, a, b, 1, 4, 1000), 0); w != 4 || err != nil {
+				t.Fatalf("Write of 4 frames that fit = %d, %v", w, err)
+			}
+			readFrames(t, b, 5, func(got int, p *wire.Packet) {
+				if int(p.BTH().PSN()) != got {
+					t.Fatalf("frame %d has PSN %d", got, p.BTH().PSN())
+				}
+			})
 		})
 	}
 }
