@@ -5,6 +5,7 @@ package udp
 import (
 	"errors"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -193,4 +194,21 @@ func TestPathMTUTooSmall(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestWriteRejectNamesFrame: a Write longer than the batch size goes in
+// batches; the error for a frame it refuses names that frame's index in
+// the Write, not in its batch.
+func TestWriteRejectNamesFrame(t *testing.T) {
+	ns := newNetNS(t)
+	a, b := openPair(t, ns, "127.0.0.1", "127.0.0.2", func(c *Config) { c.BatchSize = 4 })
+	defer a.Close()
+	defer b.Close()
+	fs := mustFrames(t, a, b, 0, 8, 64)
+	fs[6] = fs[6][:20]
+	n, err := a.Write(fs, 0)
+	if n != 6 || !errors.Is(err, ErrBadFrame) || !strings.Contains(err.Error(), "frame 6:") {
+		t.Fatalf("Write = %d, %v; want 6 and ErrBadFrame naming frame 6", n, err)
+	}
+	readFrames(t, b, 6, nil)
 }

@@ -160,7 +160,7 @@ func (t *txState) Write(bufs [][]byte, offset int) (int, error) {
 	total := 0
 	for len(bufs) > 0 {
 		k := min(len(bufs), e.cfg.BatchSize)
-		n, err := t.write(bufs[:k], offset)
+		n, err := t.write(bufs[:k], offset, total)
 		total += n
 		if err != nil {
 			return total, err
@@ -302,7 +302,9 @@ func (t *txState) leaveTail(bufs [][]byte, offset, i, j, valid, sum, maxPayload 
 	return vnet.BalanceTail(i, j, seg, sum, tail)
 }
 
-func (t *txState) write(bufs [][]byte, offset int) (int, error) {
+// write sends one batch, bufs, which starts at frame base of the caller's
+// Write (for the index an error names).
+func (t *txState) write(bufs [][]byte, offset, base int) (int, error) {
 	e := t.e
 	// 1. Validate.
 	valid := len(bufs)
@@ -318,7 +320,7 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 		}
 		if err != nil {
 			e.st.txRejected.Add(1)
-			valid, bad = i, fmt.Errorf("udp: frame %d: %w", i, err)
+			valid, bad = i, fmt.Errorf("udp: frame %d: %w", base+i, err)
 			break
 		}
 	}
@@ -439,7 +441,7 @@ func (t *txState) write(bufs [][]byte, offset int) (int, error) {
 	sent, err := t.sendAll(nmsg)
 	clear(t.iovs[:iov]) // retain no caller memory
 	if err == errResend {
-		n, err := t.write(bufs[sent:valid], offset) // GSO is off now, or the connected socket abandoned
+		n, err := t.write(bufs[sent:valid], offset, base+sent) // GSO is off now, or the connected socket abandoned
 		sent += n
 		if err != nil {
 			return sent, err
