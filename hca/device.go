@@ -208,6 +208,10 @@ type Device struct {
 	// Modify racing Close may still raise SQ_DRAINED.
 	evMu     sync.Mutex
 	evClosed bool
+	// closeDone is closed when the first Close has finished: a second
+	// Close waits for it, so that after any Close returns the link is
+	// closed and every object destroyed.
+	closeDone chan struct{}
 
 	mu      sync.Mutex // protects the object tables below and closed
 	closed  bool
@@ -250,7 +254,7 @@ func Open(ep link.Endpoint, opts Options) (*Device, error) {
 		name: opts.Name, ep: ep, opts: opts, log: log, epoch: time.Now(),
 		mac: ep.HardwareAddr(), format: ep.Format(),
 		nextPD: 1, pds: map[uint32]*PD{}, cqs: map[*CQ]struct{}{}, srqs: map[*SRQ]struct{}{},
-		nextQPN: firstQPN,
+		nextQPN: firstQPN, closeDone: make(chan struct{}),
 	}
 	switch d.format {
 	case link.FormatEthernet, link.FormatIP:
@@ -414,10 +418,12 @@ func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
+		<-d.closeDone
 		return nil
 	}
 	d.closed = true
 	d.mu.Unlock()
+	defer close(d.closeDone)
 	err := d.rt.stop()
 	d.qps.each(func(q *QP) { q.markDestroyed() })
 	// Closed, so that a goroutine ranging over Events ends with the

@@ -6,11 +6,13 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/bth"
 	"github.com/goroce/goroce/hca"
+	"github.com/goroce/goroce/hca/link"
 	"github.com/goroce/goroce/hca/link/memlink"
 	"github.com/goroce/goroce/transport"
 )
@@ -313,5 +315,50 @@ func TestCloseEndsEvents(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("ranging over Events did not end at Close")
+	}
+}
+
+// slowClose is a link whose Close waits for release.
+type slowClose struct {
+	link.Endpoint
+	entered, release chan struct{}
+	closed           atomic.Bool
+}
+
+func (s *slowClose) Close() error {
+	close(s.entered)
+	<-s.release
+	err := s.Endpoint.Close()
+	s.closed.Store(true)
+	return err
+}
+
+// TestSecondCloseWaitsForFirst: a Close called while another is still
+// closing the device returns once the device is closed, not at once: it
+// used to return nil while the first was still stopping the runtime, so a
+// caller could go on to reuse the link's addresses, or exit, too early.
+func TestSecondCloseWaitsForFirst(t *testing.T) {
+	a, b, err := memlink.Pair(memlink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ep := &slowClose{Endpoint: a, entered: make(chan struct{}), release: make(chan struct{})}
+	d, err := hca.Open(ep, hca.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- d.Close() }()
+	<-ep.entered
+	time.AfterFunc(50*time.Millisecond, func() { close(ep.release) })
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !ep.closed.Load() {
+		t.Fatal("the second Close returned while the first was still closing the link")
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
 	}
 }
