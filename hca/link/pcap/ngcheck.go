@@ -33,6 +33,7 @@ const (
 	ngInterface       = 1
 	ngObsoletePacket  = 2
 	ngSimplePacket    = 3
+	ngInterfaceStats  = 5
 	ngEnhancedPacket  = 6
 	ngByteOrderMagic  = 0x1A2B3C4D
 	ngBlockHeaderSize = 8 // type, total length
@@ -129,9 +130,15 @@ func (c *ngChecker) next() error {
 		if len(body) < 16 { // magic, version, section length
 			return c.fail("section header of %d bytes", total)
 		}
+		if err := c.options(typ, body[16:]); err != nil {
+			return err
+		}
 	case ngInterface:
 		if len(body) < 8 {
 			return c.fail("interface block of %d bytes", total)
+		}
+		if err := c.options(typ, body[8:]); err != nil {
+			return err
 		}
 		if c.order.Uint32(body[4:]) > maxSnaplen {
 			c.order.PutUint32(body[4:], maxSnaplen)
@@ -140,6 +147,13 @@ func (c *ngChecker) next() error {
 			c.snap0 = c.order.Uint32(body[4:])
 		}
 		c.iface++
+	case ngInterfaceStats:
+		if len(body) < 12 { // interface, timestamp
+			return c.fail("interface statistics block of %d bytes", total)
+		}
+		if err := c.options(typ, body[12:]); err != nil {
+			return err
+		}
 	case ngEnhancedPacket, ngObsoletePacket:
 		if len(body) >= 20 {
 			if err := packet(20, c.order.Uint32(body[12:])); err != nil {
@@ -161,5 +175,52 @@ func (c *ngChecker) next() error {
 		}
 	}
 	c.left = b
+	return nil
+}
+
+// Option codes ngChecker looks into.
+const (
+	ngOptEndOfOptions = 0
+	ngOptTSResol      = 9 // if_tsresol, in an interface block
+)
+
+// options checks the options of a block pcapgo parses (section header,
+// interface, interface statistics). pcapgo reads option after option by
+// their own lengths, unchecked against the block's: an option running past
+// its block made it take the next blocks for options (and lose their
+// packets, the file then "ending" cleanly at its end), and a section header
+// or statistics block too short for its fixed fields did the same. An
+// if_tsresol of 10^-64 or 2^-64 (or more) is a zero units-per-second in
+// pcapgo's uint64, an integer divide by zero; libpcap refuses an exponent
+// past 19 (decimal) or 63 (binary), and so does ngChecker. A zero-length
+// if_tsresol made pcapgo use whatever byte a previous option left in its
+// buffer; libpcap wants exactly one byte.
+func (c *ngChecker) options(typ uint32, opts []byte) error {
+	for len(opts) > 0 {
+		if len(opts) < 4 {
+			return c.fail("block type %d: option header cut short", typ)
+		}
+		code, n := c.order.Uint16(opts), int(c.order.Uint16(opts[2:]))
+		if code == ngOptEndOfOptions {
+			if n != 0 {
+				return c.fail("block type %d: end of options of length %d", typ, n)
+			}
+			return nil
+		}
+		padded := (n + 3) &^ 3
+		if padded > len(opts)-4 {
+			return c.fail("block type %d: option %d of %d bytes, %d bytes of room", typ, code, n, len(opts)-4)
+		}
+		if typ == ngInterface && code == ngOptTSResol {
+			if n != 1 {
+				return c.fail("if_tsresol of %d bytes, want 1", n)
+			}
+			v := opts[4]
+			if e := v & 0x7F; (v&0x80 != 0 && e > 63) || (v&0x80 == 0 && e > 19) {
+				return c.fail("if_tsresol %#x: resolution out of range", v)
+			}
+		}
+		opts = opts[4+padded:]
+	}
 	return nil
 }

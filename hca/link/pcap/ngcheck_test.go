@@ -110,3 +110,79 @@ func TestReaderPcapngLengths(t *testing.T) {
 		})
 	}
 }
+
+// ngOpt builds one little-endian pcapng option (value padded to 4 bytes).
+func ngOpt(code uint16, value []byte) []byte {
+	b := binary.LittleEndian.AppendUint16(nil, code)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(value)))
+	b = append(b, value...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// ngIDBOpts is ngIDB with options after the fixed fields.
+func ngIDBOpts(lt uint16, snap uint32, opts ...[]byte) []byte {
+	body := binary.LittleEndian.AppendUint16(nil, lt)
+	body = binary.LittleEndian.AppendUint16(body, 0)
+	body = binary.LittleEndian.AppendUint32(body, snap)
+	return ngBlock(ngInterface, cat(append([][]byte{body}, opts...)...), 0)
+}
+
+// The options of the blocks pcapgo parses (section header, interface,
+// interface statistics) are checked before pcapgo sees them: it reads them
+// by their own lengths, so one running past its block made it read the
+// following packet blocks as options and then report a clean end of file,
+// and an if_tsresol of 10^-64 or 2^-64 was an integer divide by zero, a
+// panic. Each is an error at the block, after the frames before it.
+func TestReaderPcapngOptions(t *testing.T) {
+	frame := readRequestFrame
+	eth := uint16(LinkTypeEthernet)
+	epb := ngEPB(uint32(len(frame)), frame)
+	end := ngOpt(0, nil)
+	isb := func(opts ...[]byte) []byte {
+		return ngBlock(ngInterfaceStats, cat(append([][]byte{make([]byte, 12)}, opts...)...), 0)
+	}
+	for _, tc := range []struct {
+		name    string
+		file    []byte
+		frames  int
+		nextErr error
+	}{
+		{"good options", cat(ngSHB(), ngIDBOpts(eth, 0, ngOpt(2, []byte("rxe0")), ngOpt(ngOptTSResol, []byte{9}), end), epb,
+			isb(ngOpt(1, []byte("stats")), end), epb), 2, io.EOF},
+		{"if_tsresol 10^-64", cat(ngSHB(), ngIDBOpts(eth, 0, ngOpt(ngOptTSResol, []byte{64}), end), epb), 0, errNgBlock},
+		{"if_tsresol 2^-64", cat(ngSHB(), ngIDBOpts(eth, 0, ngOpt(ngOptTSResol, []byte{0xC0}), end), epb), 0, errNgBlock},
+		{"if_tsresol 10^-20", cat(ngSHB(), ngIDBOpts(eth, 0, ngOpt(ngOptTSResol, []byte{20}), end), epb), 0, errNgBlock},
+		{"if_tsresol empty", cat(ngSHB(), ngIDBOpts(eth, 0, ngOpt(2, []byte{0xC0}), ngOpt(ngOptTSResol, nil), end), epb), 0, errNgBlock},
+		{"interface option past its block", cat(ngSHB(), ngIDB(eth, 0), epb,
+			ngIDBOpts(eth, 0, binary.LittleEndian.AppendUint32(nil, 2|0xFFF0<<16)), epb, epb), 1, errNgBlock},
+		{"statistics block without its fields", cat(ngSHB(), ngIDB(eth, 0), epb, ngBlock(ngInterfaceStats, nil, 0), epb, epb), 1, errNgBlock},
+		{"statistics option past its block", cat(ngSHB(), ngIDB(eth, 0), epb,
+			isb(binary.LittleEndian.AppendUint32(nil, 1|0x100<<16)), epb, epb), 1, errNgBlock},
+		{"section option past its block", cat(ngSHB(), ngIDB(eth, 0), epb,
+			ngBlock(ngSectionHeader, cat(ngSHB()[8:24], binary.LittleEndian.AppendUint32(nil, 1|0x100<<16)), 0),
+			ngIDB(eth, 0), epb), 1, errNgBlock},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewReader(bytes.NewReader(tc.file))
+			if err != nil {
+				t.Fatalf("NewReader: %v", err)
+			}
+			var f Frame
+			for i := 0; i < tc.frames; i++ {
+				if err := r.Next(&f); err != nil {
+					t.Fatalf("frame %d: %v", i+1, err)
+				}
+				if !bytes.Equal(f.Data, frame) {
+					t.Fatalf("frame %d: %x", i+1, f.Data)
+				}
+			}
+			err = r.Next(&f)
+			if !errors.Is(err, tc.nextErr) {
+				t.Fatalf("after %d frames: %v, want %v", tc.frames, err, tc.nextErr)
+			}
+		})
+	}
+}
