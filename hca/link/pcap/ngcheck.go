@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // pcapgo's NgReader trusts a pcapng file's lengths: it sizes its packet
@@ -46,9 +47,17 @@ type ngChecker struct {
 	// simple packet block's capture length is bounded by); 0 before one.
 	snap0 uint32
 	iface int // interfaces seen in this section
-	block []byte
-	left  []byte // checked bytes not yet read
-	err   error
+	// linkTypes are the distinct link types of the file's interfaces, in
+	// the order first seen. pcapgo keeps an interface's 16-bit link type
+	// in a uint8 (layers.LinkType): 276 (Linux cooked v2, what dumpcap
+	// writes for "-i any") became 20 and 257 became 1, Ethernet. Each
+	// interface block reaches pcapgo with its link type replaced by its
+	// index here, which Reader maps back; the list only grows, so
+	// ngChecker reading blocks ahead of pcapgo does not matter.
+	linkTypes []LinkType
+	block     []byte
+	left      []byte // checked bytes not yet read
+	err       error
 }
 
 func newNgChecker(r *bufio.Reader) *ngChecker { return &ngChecker{r: r} }
@@ -140,6 +149,16 @@ func (c *ngChecker) next() error {
 		if err := c.options(typ, body[8:]); err != nil {
 			return err
 		}
+		lt := LinkType(c.order.Uint16(body))
+		code := slices.Index(c.linkTypes, lt)
+		if code < 0 {
+			if len(c.linkTypes) > 0xFF {
+				return c.fail("interface of link type %d: more than 256 link types", lt)
+			}
+			code = len(c.linkTypes)
+			c.linkTypes = append(c.linkTypes, lt)
+		}
+		c.order.PutUint16(body, uint16(code))
 		if c.order.Uint32(body[4:]) > maxSnaplen {
 			c.order.PutUint32(body[4:], maxSnaplen)
 		}
@@ -223,4 +242,13 @@ func (c *ngChecker) options(typ uint32, opts []byte) error {
 		opts = opts[4+padded:]
 	}
 	return nil
+}
+
+// linkType returns the link type of an interface whose (rewritten) link
+// type pcapgo reports as code.
+func (c *ngChecker) linkType(code uint8) LinkType {
+	if int(code) < len(c.linkTypes) {
+		return c.linkTypes[code]
+	}
+	return LinkType(code) // not reached: pcapgo sees only rewritten blocks
 }

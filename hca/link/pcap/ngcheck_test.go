@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/goroce/goroce/hca/link"
 )
 
 // ngBlock builds a little-endian pcapng block of type typ around body
@@ -184,5 +186,52 @@ func TestReaderPcapngOptions(t *testing.T) {
 				t.Fatalf("after %d frames: %v, want %v", tc.frames, err, tc.nextErr)
 			}
 		})
+	}
+}
+
+// A pcapng interface's link type is read in its full 16 bits: pcapgo keeps
+// it in a uint8, so Linux cooked v2 (276, what dumpcap writes for "-i any")
+// came out as 20, unsupported, and 257 as 1, Ethernet, its frames then
+// verified as Ethernet.
+func TestReaderPcapngWideLinkTypes(t *testing.T) {
+	ip := readRequestFrame[14:]
+	sll2 := append([]byte{0x08, 0x00, 0, 0, 0, 0, 0, 2, 0, 1, 0, 6, 0, 0x0c, 0x29, 0x89, 0xa2, 0xe5, 0, 0}, ip...)
+	epb := func(iface uint32, data []byte) []byte {
+		b := ngEPB(uint32(len(data)), data)
+		binary.LittleEndian.PutUint32(b[8:], iface)
+		return b
+	}
+	file := cat(ngSHB(),
+		ngIDB(uint16(LinkTypeLinuxSLL2), 0), ngIDB(257, 0), ngIDB(uint16(LinkTypeEthernet), 0),
+		epb(0, sll2), epb(1, readRequestFrame), epb(2, readRequestFrame),
+		// A second section, its interfaces in another order.
+		ngSHB(), ngIDB(257, 0), ngIDB(uint16(LinkTypeLinuxSLL2), 0),
+		epb(1, sll2), epb(0, readRequestFrame))
+	r, err := NewReader(bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f Frame
+	if err := r.Next(&f); err != nil {
+		t.Fatalf("frame 1: %v", err)
+	}
+	if f.LinkType != LinkTypeLinuxSLL2 || f.Format != link.FormatIP || !bytes.Equal(f.Data, ip) {
+		t.Fatalf("frame 1: link type %v, format %v", f.LinkType, f.Format)
+	}
+	var ule *UnsupportedLinkTypeError
+	if err := r.Next(&f); !errors.As(err, &ule) || ule.LinkType != 257 {
+		t.Fatalf("frame 2 (link type 257): %v, %+v", err, f)
+	}
+	if err := r.Next(&f); err != nil || f.LinkType != LinkTypeEthernet || f.Format != link.FormatEthernet {
+		t.Fatalf("frame 3: %v, link type %v", err, f.LinkType)
+	}
+	if err := r.Next(&f); err != nil || f.LinkType != LinkTypeLinuxSLL2 || !bytes.Equal(f.Data, ip) {
+		t.Fatalf("frame 4: %v, link type %v", err, f.LinkType)
+	}
+	if err := r.Next(&f); !errors.As(err, &ule) || ule.LinkType != 257 {
+		t.Fatalf("frame 5 (link type 257): %v, %+v", err, f)
+	}
+	if err := r.Next(&f); err != io.EOF {
+		t.Fatalf("after 5 frames: %v, want io.EOF", err)
 	}
 }

@@ -121,7 +121,8 @@ func (f *Frame) Truncated() bool { return len(f.Data) < f.WireLen }
 type Reader struct {
 	pcap     *pcapgo.Reader
 	ng       *pcapgo.NgReader
-	linkType LinkType // classic pcap: the file's; pcapng: the first interface's
+	ngc      *ngChecker // maps the link types pcapgo reports back to 16 bits
+	linkType LinkType   // classic pcap: the file's; pcapng: the first interface's
 	index    int
 }
 
@@ -138,14 +139,15 @@ func NewReader(r io.Reader) (*Reader, error) {
 	}
 	switch {
 	case binary.BigEndian.Uint32(magic) == 0x0A0D0D0A:
-		ng, err := pcapgo.NewNgReader(newNgChecker(br), pcapgo.NgReaderOptions{WantMixedLinkType: true})
+		ngc := newNgChecker(br)
+		ng, err := pcapgo.NewNgReader(ngc, pcapgo.NgReaderOptions{WantMixedLinkType: true})
 		if err != nil {
 			return nil, headerError(err)
 		}
-		rd := &Reader{ng: ng}
+		rd := &Reader{ng: ng, ngc: ngc}
 		if ng.NInterfaces() > 0 {
 			iface, _ := ng.Interface(0)
-			rd.linkType = LinkType(iface.LinkType)
+			rd.linkType = ngc.linkType(uint8(iface.LinkType))
 		}
 		return rd, nil
 	case isPcapMagic(magic), magic[0] == 0x1F && magic[1] == 0x8B:
@@ -242,7 +244,7 @@ func (r *Reader) Next(f *Frame) error {
 		data, ci, err = r.ng.ZeroCopyReadPacketData()
 		if err == nil && len(ci.AncillaryData) > 0 {
 			if l, ok := ci.AncillaryData[0].(layers.LinkType); ok {
-				lt = LinkType(l)
+				lt = r.ngc.linkType(uint8(l))
 			}
 		}
 	} else {
