@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/goroce/goroce/hca/link"
@@ -219,7 +220,8 @@ func TestReaderPcapngWideLinkTypes(t *testing.T) {
 		t.Fatalf("frame 1: link type %v, format %v", f.LinkType, f.Format)
 	}
 	var ule *UnsupportedLinkTypeError
-	if err := r.Next(&f); !errors.As(err, &ule) || ule.LinkType != 257 {
+	// The error names the record, as the others of Next do.
+	if err := r.Next(&f); !errors.As(err, &ule) || ule.LinkType != 257 || ule.Frame != 2 || !strings.Contains(err.Error(), "frame 2:") {
 		t.Fatalf("frame 2 (link type 257): %v, %+v", err, f)
 	}
 	if err := r.Next(&f); err != nil || f.LinkType != LinkTypeEthernet || f.Format != link.FormatEthernet {
@@ -228,7 +230,7 @@ func TestReaderPcapngWideLinkTypes(t *testing.T) {
 	if err := r.Next(&f); err != nil || f.LinkType != LinkTypeLinuxSLL2 || !bytes.Equal(f.Data, ip) {
 		t.Fatalf("frame 4: %v, link type %v", err, f.LinkType)
 	}
-	if err := r.Next(&f); !errors.As(err, &ule) || ule.LinkType != 257 {
+	if err := r.Next(&f); !errors.As(err, &ule) || ule.LinkType != 257 || ule.Frame != 5 {
 		t.Fatalf("frame 5 (link type 257): %v, %+v", err, f)
 	}
 	if err := r.Next(&f); err != io.EOF {

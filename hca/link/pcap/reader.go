@@ -84,9 +84,18 @@ var ErrTruncated = errors.New("pcap: capture file truncated")
 
 // UnsupportedLinkTypeError reports a capture whose link type goroce cannot
 // take frames from.
-type UnsupportedLinkTypeError struct{ LinkType LinkType }
+type UnsupportedLinkTypeError struct {
+	LinkType LinkType
+	// Frame is the record number (Frame.Index) of a pcapng record of such
+	// an interface, so that the error says where in the file it is; 0 for
+	// a classic file's header.
+	Frame int
+}
 
 func (e *UnsupportedLinkTypeError) Error() string {
+	if e.Frame > 0 {
+		return fmt.Sprintf("pcap: frame %d: unsupported link type %d (%v)", e.Frame, uint32(e.LinkType), e.LinkType)
+	}
 	return fmt.Sprintf("pcap: unsupported link type %d (%v)", uint32(e.LinkType), e.LinkType)
 }
 
@@ -194,7 +203,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 		}
 		rd := &Reader{pcap: pr, linkType: lt}
 		if !supported(lt) {
-			return nil, &UnsupportedLinkTypeError{lt}
+			return nil, &UnsupportedLinkTypeError{LinkType: lt}
 		}
 		return rd, nil
 	}
@@ -294,7 +303,7 @@ func (r *Reader) Next(f *Frame) error {
 			}
 		}
 	default:
-		return &UnsupportedLinkTypeError{lt}
+		return &UnsupportedLinkTypeError{LinkType: lt, Frame: r.index}
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func NewWriter(w io.Writer, lt LinkType) (*Writer, error) {
 	switch lt {
 	case LinkTypeEthernet, LinkTypeRaw, LinkTypeIPv4, LinkTypeIPv6, LinkTypeERF, LinkTypeInfiniBand:
 	default:
-		return nil, &UnsupportedLinkTypeError{lt}
+		return nil, &UnsupportedLinkTypeError{LinkType: lt}
 	}
 	pw := pcapgo.NewWriter(w)
 	if err := pw.WriteFileHeader(Snaplen, layers.LinkType(lt)); err != nil {
