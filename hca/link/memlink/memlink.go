@@ -3,6 +3,7 @@ package memlink
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -289,6 +290,10 @@ func (e *Endpoint) Write(bufs [][]byte, offset int) (int, error) {
 	n := 0
 	var err error
 	for _, b := range bufs {
+		if offset < 0 || offset > len(b) {
+			err = fmt.Errorf("memlink: offset %d outside a %d-byte buffer", offset, len(b))
+			break
+		}
 		f := b[offset:]
 		if err = e.checkLen(f); err != nil {
 			break
@@ -389,7 +394,25 @@ func (p *pipe) enqueue(s slot) {
 // buffer is dropped and counted in the writer's Stats.DroppedTooLarge.
 func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	p := e.rx
-	bufs = bufs[:min(len(bufs), e.cfg.BatchSize)]
+	// API misuse (fewer sizes than buffers, an offset outside them) gets
+	// an error or a shorter batch, not a panic with p.mu held, as the
+	// udp and afpacket links do.
+	bufs = bufs[:min(len(bufs), len(sizes), e.cfg.BatchSize)]
+	if len(bufs) == 0 {
+		return 0, nil
+	}
+	if offset < 0 {
+		return 0, fmt.Errorf("memlink: negative offset %d", offset)
+	}
+	for k := range bufs {
+		if len(bufs[k]) <= offset {
+			if k == 0 {
+				return 0, io.ErrShortBuffer
+			}
+			bufs = bufs[:k]
+			break
+		}
+	}
 	for {
 		select {
 		case <-e.closed:
