@@ -176,8 +176,10 @@ func (t *Tap) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return n, err
 }
 
-// Write implements link.Endpoint; every frame the inner endpoint accepted is
-// captured.
+// Write implements link.Endpoint; every frame handed to it is captured,
+// before the inner endpoint sees it (so a frame it then refuses is in the
+// capture too), except a buffer offset does not lie in: the inner
+// endpoint's error reports that misuse.
 func (t *Tap) Write(bufs [][]byte, offset int) (int, error) {
 	// Record before writing, as tcpdump sees a frame at dev_queue_xmit
 	// before the driver: recorded after the write, a fast peer's answer,
@@ -209,6 +211,9 @@ func (t *Tap) record(bufs [][]byte, sizes []int, offset int) {
 		if t.n == len(t.slots) || t.closed {
 			dropped = uint64(len(bufs) - i)
 			break
+		}
+		if offset < 0 || offset > len(b) {
+			continue // API misuse, not a frame: the inner Write refuses it
 		}
 		frame := b[offset:]
 		if sizes != nil {

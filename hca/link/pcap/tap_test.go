@@ -521,3 +521,26 @@ func TestTapCloseConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestTapBadOffset: a Write whose offset lies outside a buffer is the
+// inner endpoint's to refuse; the tap used to slice the buffer first and
+// panic with its lock held. The frames it can slice are still captured.
+func TestTapBadOffset(t *testing.T) {
+	ep := &discardEP{fakeEP{format: link.FormatEthernet}}
+	tap, err := NewTap(ep, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := makeFrames(1, 60, 0)[0]
+	for _, off := range []int{-1, 61} {
+		if _, err := tap.Write([][]byte{good, good[:10]}, off); err != nil {
+			t.Fatal(err) // discardEP takes anything
+		}
+	}
+	if err := tap.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := tap.Stats(); s.Captured != 0 {
+		t.Fatalf("stats %+v: captured frames no offset lies in", s)
+	}
+}
