@@ -278,6 +278,22 @@ func TestDevice(t *testing.T) {
 	}
 }
 
+// TestOpenMappedAddrs: IPv4-mapped Addr and KernelAddr are configured as
+// the IPv4 addresses they stand for (a mapped KernelAddr used to reach
+// netcfg as an IPv4 address with a /120 prefix, and netlink panicked).
+func TestOpenMappedAddrs(t *testing.T) {
+	ns := newNS(t)
+	e := openIn(t, ns, Config{Addr: pfx("::ffff:10.71.5.2/120"), KernelAddr: pfx("::ffff:10.71.5.1/120")})
+	var addrs []netip.Addr
+	must(t, ns.Do(func() (err error) { addrs, err = netcfg.Addrs(e.Name()); return err }))
+	if want := netip.MustParseAddr("10.71.5.1"); !slices.Contains(addrs, want) {
+		t.Errorf("kernel addresses %v lack %v", addrs, want)
+	}
+	if got := e.Addrs(); len(got) != 1 || got[0] != netip.MustParseAddr("10.71.5.2") {
+		t.Errorf("Addrs = %v; want [10.71.5.2]", got)
+	}
+}
+
 // TestZeroAllocs: a Write and a Read of a batch through the kernel allocate
 // nothing.
 func TestZeroAllocs(t *testing.T) { offloadModes(t, testZeroAllocs) }

@@ -267,11 +267,17 @@ func (c *Config) check() error {
 	if c.Mode != TUN && c.Mode != TAP {
 		return fmt.Errorf("%w: unknown mode %d", ErrBadConfig, c.Mode)
 	}
+	// Unmapped first, so that ::ffff:0.0.0.0 is refused as unspecified.
+	if err := unmapPrefix("Addr", &c.Addr); err != nil {
+		return err
+	}
 	if !c.Addr.IsValid() || c.Addr.Addr().IsUnspecified() {
 		return fmt.Errorf("%w: Addr %v must be a specific IPv4 or IPv6 address with a prefix length", ErrBadConfig, c.Addr)
 	}
-	if c.Addr.Addr().Is4In6() {
-		c.Addr = netip.PrefixFrom(c.Addr.Addr().Unmap(), c.Addr.Bits()-96)
+	// KernelAddr too: compared with Addr below, and netcfg would be handed
+	// an IPv4 address with an IPv6 prefix length (a panic in netlink).
+	if err := unmapPrefix("KernelAddr", &c.KernelAddr); err != nil {
+		return err
 	}
 	if c.KernelAddr.IsValid() && c.KernelAddr.Addr() == c.Addr.Addr() {
 		return fmt.Errorf("%w: KernelAddr %v is the goroce host's own address; the kernel would keep the peer's packets for itself", ErrBadConfig, c.KernelAddr)
@@ -303,6 +309,20 @@ func (c *Config) check() error {
 			return fmt.Errorf("%w: invalid route %v", ErrBadConfig, r)
 		}
 	}
+	return nil
+}
+
+// unmapPrefix turns an IPv4-mapped IPv6 prefix into the IPv4 prefix it
+// stands for; one shorter than the mapping's 96 bits covers more than IPv4
+// addresses and has no IPv4 equivalent.
+func unmapPrefix(name string, p *netip.Prefix) error {
+	if !p.IsValid() || !p.Addr().Is4In6() {
+		return nil
+	}
+	if p.Bits() < 96 {
+		return fmt.Errorf("%w: %s %v is an IPv4-mapped address with a prefix shorter than /96", ErrBadConfig, name, *p)
+	}
+	*p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 	return nil
 }
 

@@ -27,6 +27,12 @@ func TestConfigCheck(t *testing.T) {
 		{"no addr", func(c *Config) { c.Addr = netip.Prefix{} }, "Addr"},
 		{"unspecified", func(c *Config) { c.Addr = pfx("0.0.0.0/0") }, "Addr"},
 		{"kernel is host", func(c *Config) { c.KernelAddr = pfx("10.71.1.2/24") }, "KernelAddr"},
+		{"mapped", func(c *Config) { c.Addr = pfx("::ffff:10.71.1.2/120") }, ""},
+		{"mapped short prefix", func(c *Config) { c.Addr = pfx("::ffff:10.71.1.2/64") }, "Addr"},
+		{"mapped unspecified", func(c *Config) { c.Addr = pfx("::ffff:0.0.0.0/120") }, "Addr"},
+		{"kernel mapped", func(c *Config) { c.KernelAddr = pfx("::ffff:10.71.1.1/120") }, ""},
+		{"kernel mapped is host", func(c *Config) { c.KernelAddr = pfx("::ffff:10.71.1.2/120") }, "KernelAddr"},
+		{"kernel mapped short prefix", func(c *Config) { c.KernelAddr = pfx("::ffff:10.71.1.1/95") }, "KernelAddr"},
 		{"mode", func(c *Config) { c.Mode = 7 }, "mode"},
 		{"long name", func(c *Config) { c.Name = strings.Repeat("x", 16) }, "name"},
 		{"mtu small", func(c *Config) { c.MTU = 575 }, "MTU"},
@@ -48,6 +54,11 @@ func TestConfigCheck(t *testing.T) {
 				}
 				if c.MTU == 0 || c.BatchSize != link.IdealBatchSize {
 					t.Errorf("defaults not applied: %+v", c)
+				}
+				// IPv4-mapped addresses are used as the IPv4 ones they
+				// stand for (netcfg and the kernel get IPv4).
+				if c.Addr.Addr().Is4In6() || c.KernelAddr.Addr().Is4In6() {
+					t.Errorf("mapped addresses left: Addr %v, KernelAddr %v", c.Addr, c.KernelAddr)
 				}
 				return
 			}
