@@ -544,8 +544,10 @@ func (e *Endpoint) check(b []byte, offset int) error {
 			return fmt.Errorf("%w: %d bytes is no Ethernet frame", ErrBadFrame, len(f))
 		}
 		ip -= eth.HeaderLen()
-	} else if len(f) < wire.IPv4Len || (f[0]>>4 != 4 && f[0]>>4 != 6) {
-		// The kernel refuses these with EINVAL (tun_get_user).
+	} else if len(f) < wire.IPv4Len || (f[0]>>4 != 4 && f[0]>>4 != 6) ||
+		(f[0]>>4 == 6 && len(f) < wire.IPv6Len) {
+		// The kernel refuses other versions with EINVAL (tun_get_user);
+		// a packet shorter than its header it takes and drops unseen.
 		return fmt.Errorf("%w: %d bytes is no IPv4/IPv6 packet", ErrBadFrame, len(f))
 	}
 	if ip > e.mtu {

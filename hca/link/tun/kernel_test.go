@@ -118,6 +118,7 @@ func TestWriteRejects(t *testing.T) {
 	}{
 		{"not ip", [][]byte{notIP}, 0, 0, ErrBadFrame},
 		{"short", [][]byte{good[:19]}, 0, 0, ErrBadFrame},
+		{"ipv6 short", [][]byte{append([]byte{0x60}, good[1:39]...)}, 0, 0, ErrBadFrame},
 		{"empty", [][]byte{{}}, 0, 0, ErrBadFrame},
 		{"offset past end", [][]byte{good}, len(good) + 1, 0, ErrBadFrame},
 		{"negative offset", [][]byte{good}, -1, 0, ErrBadFrame},
@@ -130,8 +131,8 @@ func TestWriteRejects(t *testing.T) {
 			t.Errorf("%s: Write = %d, %v; want %d, %v", tc.name, n, err, tc.wantN, tc.want)
 		}
 	}
-	if st := h.e.Stats(); st.TxRejected != 6 || st.TxFrames != 1 {
-		t.Errorf("stats %+v; want 6 rejected, 1 sent", st)
+	if st := h.e.Stats(); st.TxRejected != 7 || st.TxFrames != 1 {
+		t.Errorf("stats %+v; want 7 rejected, 1 sent", st)
 	}
 	// The one good frame made the round trip.
 	if got := readOne(t, h.e, make([]byte, 2048)); !linktest.Equivalent(got, good, link.FormatIP) {
