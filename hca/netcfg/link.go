@@ -265,12 +265,21 @@ func AddAddr(ns *NetNS, ifname string, prefix netip.Prefix) error {
 	if !prefix.IsValid() {
 		return fmt.Errorf("netcfg: adding an address to %q: invalid prefix %v", ifname, prefix)
 	}
+	if prefix.Addr().Is4In6() {
+		// The IPv4 address it maps, with the IPv4 prefix length: the
+		// mask of an unmapped address with the IPv6 length is nil, on
+		// which netlink panics.
+		if prefix.Bits() < 96 {
+			return fmt.Errorf("netcfg: adding %v to %q: an IPv4-mapped prefix shorter than /96 has no IPv4 equivalent", prefix, ifname)
+		}
+		prefix = netip.PrefixFrom(prefix.Addr().Unmap(), prefix.Bits()-96)
+	}
 	return ns.Do(func() error {
 		l, err := linkByName(ifname)
 		if err != nil {
 			return err
 		}
-		a := prefix.Addr().Unmap()
+		a := prefix.Addr()
 		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(prefix.Bits(), a.BitLen())}}
 		if a.Is6() {
 			addr.Flags = unix.IFA_F_NODAD

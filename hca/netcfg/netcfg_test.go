@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -366,4 +367,28 @@ func TestChainSuffix(t *testing.T) {
 			t.Errorf("chainSuffix(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestAddAddrMapped: an IPv4-mapped prefix is the IPv4 prefix it maps
+// (::ffff:10.77.0.9/120 is 10.77.0.9/24); the mask used to be built from
+// the IPv6 length for the unmapped address (nil), on which netlink
+// panicked. One shorter than /96 has no IPv4 equivalent and is refused.
+func TestAddAddrMapped(t *testing.T) {
+	h := TwoHosts(t, TwoHostsOptions{})
+	if err := AddAddr(h.A.NS, h.A.Ifname, netip.MustParsePrefix("::ffff:10.77.0.9/120")); err != nil {
+		t.Fatal(err)
+	}
+	if err := AddAddr(h.A.NS, h.A.Ifname, netip.MustParsePrefix("::ffff:10.78.0.9/64")); err == nil {
+		t.Fatal("a mapped /64 added")
+	}
+	h.A.Do(t, func() error {
+		addrs, err := Addrs(h.A.Ifname)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(addrs, netip.MustParseAddr("10.77.0.9")) {
+			return fmt.Errorf("Addrs(%s) = %v, want 10.77.0.9 among them", h.A.Ifname, addrs)
+		}
+		return nil
+	})
 }
