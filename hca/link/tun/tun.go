@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -304,9 +305,16 @@ func (c *Config) check() error {
 	if c.HardwareAddr != nil && (len(c.HardwareAddr) != 6 || c.HardwareAddr[0]&1 != 0) {
 		return fmt.Errorf("%w: HardwareAddr %v is not a unicast MAC-48", ErrBadConfig, c.HardwareAddr)
 	}
-	for _, r := range c.Routes {
-		if !r.IsValid() {
-			return fmt.Errorf("%w: invalid route %v", ErrBadConfig, r)
+	// A copy: the caller's slice is not ours to unmap in place.
+	c.Routes = slices.Clone(c.Routes)
+	for i := range c.Routes {
+		if !c.Routes[i].IsValid() {
+			return fmt.Errorf("%w: invalid route %v", ErrBadConfig, c.Routes[i])
+		}
+		// An IPv4-mapped route is meant for the IPv4 addresses it maps;
+		// as given it would be an IPv6 route in ::ffff:0:0/96.
+		if err := unmapPrefix("route", &c.Routes[i]); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -42,6 +42,8 @@ func TestConfigCheck(t *testing.T) {
 		{"mac multicast", func(c *Config) { c.Mode = TAP; c.HardwareAddr = net.HardwareAddr{1, 2, 3, 4, 5, 6} }, "HardwareAddr"},
 		{"mac short", func(c *Config) { c.Mode = TAP; c.HardwareAddr = net.HardwareAddr{2, 2, 3} }, "HardwareAddr"},
 		{"route", func(c *Config) { c.Routes = []netip.Prefix{{}} }, "route"},
+		{"route mapped", func(c *Config) { c.Routes = []netip.Prefix{pfx("::ffff:10.72.0.0/112")} }, ""},
+		{"route mapped short prefix", func(c *Config) { c.Routes = []netip.Prefix{pfx("::ffff:10.72.0.0/90")} }, "route"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +61,11 @@ func TestConfigCheck(t *testing.T) {
 				// stand for (netcfg and the kernel get IPv4).
 				if c.Addr.Addr().Is4In6() || c.KernelAddr.Addr().Is4In6() {
 					t.Errorf("mapped addresses left: Addr %v, KernelAddr %v", c.Addr, c.KernelAddr)
+				}
+				for _, r := range c.Routes {
+					if r.Addr().Is4In6() {
+						t.Errorf("mapped route left: %v", r)
+					}
 				}
 				return
 			}
