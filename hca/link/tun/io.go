@@ -5,6 +5,7 @@ package tun
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -81,6 +82,18 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 	if offset < 0 {
 		return 0, fmt.Errorf("tun: negative offset %d", offset)
+	}
+	for k := range bufs {
+		if len(bufs[k]) <= offset {
+			// No room for a frame: the batch ends before this buffer, as
+			// on the udp, afpacket and memlink links (a frame read into
+			// it would be dropped as too large).
+			if k == 0 {
+				return 0, io.ErrShortBuffer
+			}
+			bufs = bufs[:k]
+			break
+		}
 	}
 	r := &e.rx
 	r.bufs, r.sizes, r.offset, r.n, r.errno = bufs, sizes, offset, 0, 0
