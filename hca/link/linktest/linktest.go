@@ -38,6 +38,7 @@ func Run(t *testing.T, newPair NewPair) {
 		{"OverMTURejected", testOverMTU},
 		{"BatchSize", testBatchSize},
 		{"ReadBufferTooSmall", testSmallBuffer},
+		{"BadOffsetRefused", testBadOffset},
 		{"CloseUnblocksRead", testCloseUnblocksRead},
 		{"ConcurrentBothWays", testConcurrent},
 	}
@@ -413,6 +414,36 @@ func testSmallBuffer(t *testing.T, a, b link.Endpoint) {
 	if n != 1 || !Equivalent(bufs[0][:sizes[0]], small, b.Format()) {
 		t.Fatalf("Read = %d, %v, %d bytes; want the %d-byte frame", n, err, sizes[0], len(small))
 	}
+}
+
+// testBadOffset: an offset outside a buffer is API misuse, which gets an
+// error (after the frames before it, for Write), never a panic, and leaves
+// the endpoints usable and the frames waiting intact.
+func testBadOffset(t *testing.T, a, b link.Endpoint) {
+	fs := frameRange(t, a, b, 0, 2, func(int) int { return 32 })
+	if n, err := a.Write(fs[:1], -1); n != 0 || err == nil {
+		t.Fatalf("Write at offset -1 = %d, %v; want 0 and an error", n, err)
+	}
+	const head = 16
+	with := append(make([]byte, head), fs[0]...)
+	short := make([]byte, head/2)
+	if n, err := a.Write([][]byte{with, short}, head); n != 1 || err == nil {
+		t.Fatalf("Write with a buffer shorter than the offset = %d, %v; want 1 and an error", n, err)
+	}
+	// The frame sent is waiting (or on its way): misused Reads fail and
+	// leave it there.
+	bufs := [][]byte{make([]byte, 256), make([]byte, 256)}
+	sizes := make([]int, len(bufs))
+	if _, err := b.Read(bufs, sizes, -1); err == nil {
+		t.Fatal("Read at offset -1 succeeded")
+	}
+	if _, err := b.Read(bufs, sizes, 256); err == nil {
+		t.Fatal("Read at an offset that leaves no room succeeded")
+	}
+	if err := writeAll(a, fs[1:]); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, b, 0, fs)
 }
 
 func testCloseUnblocksRead(t *testing.T, a, b link.Endpoint) {
