@@ -307,7 +307,10 @@ func (p *Params) Normalize() error {
 		}
 	}
 	if p.Mode.atomic() {
-		if p.Size != 8 && p.Size != 65536 {
+		// The bandwidth default above is not the user's: only a size
+		// given (perftest: "Message size cannot be changed for Atomic
+		// tests", -s 65536 included) is refused.
+		if p.sizeGiven && p.Size != 8 {
 			return fmt.Errorf("%w: atomic messages are 8 bytes (-s %d)", ErrParams, p.Size)
 		}
 		p.Size = 8

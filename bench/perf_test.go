@@ -427,6 +427,7 @@ func TestParamsErrors(t *testing.T) {
 		{Mode: ModeWriteBW, All: true, Duration: time.Second},
 		{Mode: ModeWriteBW, All: true, MaxSize: 1 << 24},
 		{Mode: ModeAtomicBW, Size: 16},
+		{Mode: ModeAtomicBW, Size: 65536}, // the bandwidth default, but given
 		{Mode: ModeAtomicBW, All: true},
 		{Mode: ModeWriteBW, TxDepth: 1 << 20},
 		{Mode: ModeWriteBW, Timeout: 32},
