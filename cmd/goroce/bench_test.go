@@ -77,6 +77,18 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "send_lat", "-w", "10"},
 		{"bench", "write_bw", "-y", "-1"},
 		{"bench", "read_bw", "--report-unsorted"},
+		// Flags perftest's parser refuses in the mode, which the run
+		// would otherwise ignore (-n 10: a short run if it went ahead).
+		{"bench", "write_bw", "--loopback", "-n", "10", "-A", "CMP_AND_SWAP"},
+		{"bench", "send_lat", "--loopback", "-n", "10", "-A", "FETCH_AND_ADD"},
+		{"bench", "write_bw", "--loopback", "-n", "10", "-o", "4"},
+		{"bench", "send_bw", "--loopback", "-n", "10", "--outs", "2"},
+		{"bench", "read_bw", "--loopback", "-n", "10", "-I", "64"},
+		{"bench", "atomic_bw", "--loopback", "-n", "10", "--inline_size", "8"},
+		{"bench", "send_lat", "--loopback", "-n", "10", "-N"},
+		{"bench", "read_lat", "--loopback", "-n", "10", "--noPeak"},
+		{"bench", "read_bw", "--loopback", "-n", "10", "-r", "64"},
+		{"bench", "atomic_bw", "--loopback", "-n", "10", "-r", "2"},
 		// Explicit zeros are refused, as perftest does, rather than read
 		// as "the default".
 		{"bench", "write_bw", "--loopback", "-s", "0"},
