@@ -354,6 +354,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if o.ceiling && !o.p.Mode.IsBW() {
 		return usageErr("--ceiling compares bandwidth: use a *_bw mode")
 	}
+	if o.plot != "" && o.p.Mode == bench.ModeReadLat && o.host == "" && !o.loopback {
+		// Its HCA alone answers the client's READs: it measures nothing,
+		// and the run would end, once over, in a plot of no result.
+		return usageErr("--plot: the read_lat server measures nothing to plot (the client does)")
+	}
 	if o.plot != "" && strings.HasSuffix(o.plot, ".png") {
 		o.plot = strings.TrimSuffix(o.plot, ".png") + ".svg"
 	}

@@ -448,6 +448,22 @@ func TestBenchClientServer(t *testing.T) {
 	}
 }
 
+// The read_lat server measures nothing: --plot there is refused before
+// the run, not a failure after it ("nothing to plot").
+func TestBenchReadLatServerPlot(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "lat.svg")
+	var sst int
+	var serr string
+	inNetNS(t, func() {
+		sst, _, serr = runCLI("bench", "read_lat", "-p", "20001", "-n", "20", "--addr", "127.0.0.1", "--plot", plot)
+	}, func() {
+		runCLI("bench", "read_lat", "127.0.0.1", "-p", "20001", "-n", "20", "--addr", "127.0.0.2")
+	})
+	if sst != exitUsage || !strings.Contains(serr, "--plot") {
+		t.Fatalf("read_lat server --plot: status %d, want %d (usage)\n%s", sst, exitUsage, serr)
+	}
+}
+
 // --busy-poll is a boolean that knows whether it was given: unset, the
 // mode decides (latency modes spin, bandwidth modes block).
 func TestBenchBusyPollFlag(t *testing.T) {
