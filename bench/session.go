@@ -1366,9 +1366,12 @@ func (s *Session) latPingPong(ctx context.Context, size int, wait func(context.C
 		}
 		done++
 	}
-	// Collect the last send completion so the next size starts clean.
+	// Collect the last send completion so the next size starts clean. A
+	// timed run gives it drainWait past the end, as a timed bandwidth run
+	// its outstanding WRs: sent to a peer gone for good it never fails
+	// (retry count 7 retries forever), and the run would go on to rcStall.
 	for r.ccnt < r.scnt {
-		if _, err := s.poll(ctx, s.scq); err != nil {
+		if _, err := s.pollTimed(ctx, stop); err != nil {
 			return LatResult{}, err
 		}
 		r.ccnt = r.scnt
@@ -1524,13 +1527,33 @@ func (s *Session) latRead(ctx context.Context, size int) (LatResult, error) {
 		if err := s.postLat(ctx, r, i, size); err != nil {
 			return LatResult{}, err
 		}
-		if _, err := s.poll(ctx, s.scq); err != nil {
+		var end time.Time
+		if p.Duration > 0 {
+			end = start.Add(p.Duration)
+		}
+		if _, err := s.pollTimed(ctx, end); err != nil {
 			return LatResult{}, err
 		}
 		r.ccnt = r.scnt
 		s.lat = append(s.lat, time.Since(t0))
 	}
 	return s.latResult(size), nil
+}
+
+// pollTimed polls the send CQ of a latency run; a timed run's (end set)
+// for at most drainWait past its end, after which it fails with
+// ErrStalled.
+func (s *Session) pollTimed(ctx context.Context, end time.Time) ([]hca.WC, error) {
+	if end.IsZero() {
+		return s.poll(ctx, s.scq)
+	}
+	wctx, cancel := context.WithDeadline(ctx, end.Add(drainWait))
+	defer cancel()
+	wcs, err := s.poll(wctx, s.scq)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil, fmt.Errorf("%w: a send still outstanding %v after the end of the run: the peer stopped answering", ErrStalled, drainWait)
+	}
+	return wcs, err
 }
 
 // latResult computes the statistics of this size's samples, keeping a copy

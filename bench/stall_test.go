@@ -59,6 +59,33 @@ func TestRCRunPeerGone(t *testing.T) {
 	}
 }
 
+// A timed latency run whose peer is gone (its QP destroyed: nothing
+// acknowledges) ends drainWait after its end with ErrStalled, as a timed
+// bandwidth run does, not after rcStall: the last SEND or WRITE, or the
+// READ under way, never completes. The side that posts first runs.
+func TestLatencyTimedPeerGone(t *testing.T) {
+	setStalls(t, time.Hour, 300*time.Millisecond)
+	for _, m := range []Mode{ModeSendLat, ModeWriteLat, ModeReadLat} {
+		t.Run(m.String(), func(t *testing.T) {
+			p := Params{Mode: m, Duration: 400 * time.Millisecond, Size: 2}
+			da, db := memPair(t)
+			cli, srv := connected(t, da, db, p)
+			run, gone := cli, srv
+			if m == ModeWriteLat { // ib_write_lat's server writes first
+				run, gone = srv, cli
+			}
+			if err := run.Ready(2); err != nil {
+				t.Fatal(err)
+			}
+			gone.Close()
+			_, err := run.Run(testCtx(t), 2)
+			if !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "after the end") {
+				t.Fatalf("timed %v after the peer went: %v, want ErrStalled saying \"after the end\"", m, err)
+			}
+		})
+	}
+}
+
 // A send_lat client whose server stops answering (its messages are still
 // acknowledged by the server's HCA, the answers never come) gives up after
 // rcStall.
