@@ -68,48 +68,57 @@ func NewPair(a, b *hca.Device, cfg PairConfig) (*Pair, error) {
 	}
 	sb, err := newSide(b, &cfg)
 	if err != nil {
+		sa.close()
 		return nil, fmt.Errorf("bench: side B: %w", err)
 	}
 	p := &Pair{A: sa, B: sb, cfg: cfg}
 	if err := connectSide(sa, sb, &cfg, cfg.PSNA, cfg.PSNB); err != nil {
+		p.Close()
 		return nil, err
 	}
 	if err := connectSide(sb, sa, &cfg, cfg.PSNB, cfg.PSNA); err != nil {
+		p.Close()
 		return nil, err
 	}
 	return p, nil
 }
 
-func newSide(d *hca.Device, cfg *PairConfig) (*Side, error) {
-	pd, err := d.AllocPD()
-	if err != nil {
-		return nil, err
-	}
-	cq, err := d.CreateCQ(2*cfg.Depth + 8)
-	if err != nil {
-		return nil, err
-	}
-	qp, err := pd.CreateQP(hca.QPInitAttr{Type: cfg.Type, SendCQ: cq, RecvCQ: cq,
-		Cap: hca.QPCap{MaxSendWR: cfg.Depth, MaxRecvWR: cfg.Depth, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, cfg.BufSize)
-	mr, err := pd.RegMR(buf, allAccess)
-	if err != nil {
-		return nil, err
-	}
-	gi := -1
+// newSide makes one side's objects; on failure it destroys those it made.
+func newSide(d *hca.Device, cfg *PairConfig) (_ *Side, err error) {
+	s := &Side{Dev: d, GIDIndex: -1}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
 	for _, g := range d.GIDs() {
 		if g.GID.Addr().Is4() { // prefer the IPv4 GID, as rdma-core users do with -g 1
-			gi = g.Index
+			s.GIDIndex = g.Index
 			break
 		}
 	}
-	if gi < 0 {
-		gi = d.GIDs()[0].Index
+	if s.GIDIndex < 0 {
+		gids := d.GIDs()
+		if len(gids) == 0 {
+			return nil, fmt.Errorf("device %s has no GID (its link has no address)", d.Name())
+		}
+		s.GIDIndex = gids[0].Index
 	}
-	return &Side{Dev: d, PD: pd, CQ: cq, QP: qp, MR: mr, Buf: buf, GIDIndex: gi}, nil
+	if s.PD, err = d.AllocPD(); err != nil {
+		return nil, err
+	}
+	if s.CQ, err = d.CreateCQ(2*cfg.Depth + 8); err != nil {
+		return nil, err
+	}
+	if s.QP, err = s.PD.CreateQP(hca.QPInitAttr{Type: cfg.Type, SendCQ: s.CQ, RecvCQ: s.CQ,
+		Cap: hca.QPCap{MaxSendWR: cfg.Depth, MaxRecvWR: cfg.Depth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, err
+	}
+	s.Buf = make([]byte, cfg.BufSize)
+	if s.MR, err = s.PD.RegMR(s.Buf, allAccess); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // connectSide moves l's QP through INIT, RTR and RTS towards r, with the
@@ -159,13 +168,26 @@ func connectSide(l, r *Side, cfg *PairConfig, lpsn, rpsn bth.PSN) error {
 
 // Close destroys both QPs and their resources (not the devices).
 func (p *Pair) Close() {
-	for _, s := range []*Side{p.A, p.B} {
-		if s == nil {
-			continue
-		}
+	p.A.close()
+	p.B.close()
+}
+
+// close destroys what the side holds (any of it may be missing: newSide
+// calls it on failure).
+func (s *Side) close() {
+	if s == nil {
+		return
+	}
+	if s.QP != nil {
 		s.QP.Destroy()
+	}
+	if s.MR != nil {
 		s.MR.Dereg()
+	}
+	if s.CQ != nil {
 		s.CQ.Destroy()
+	}
+	if s.PD != nil {
 		s.PD.Dealloc()
 	}
 }
