@@ -12,6 +12,8 @@ package link
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/netip"
 )
@@ -108,6 +110,32 @@ type TxQueuer interface {
 
 // IdealBatchSize is the batch size backends aim for (wireguard-go uses 128).
 const IdealBatchSize = 64
+
+// ReadBatch returns the buffers a Read(bufs, sizes, offset) may fill on a
+// backend that reads at most max frames at once: no more than sizes has
+// entries, ending before the first buffer with no room after offset. API
+// misuse gets an error, never a panic on an index: a negative offset, or
+// io.ErrShortBuffer when the first buffer has no room. An empty result
+// with a nil error means Read returns 0, nil. who names the backend in
+// the negative offset's error.
+func ReadBatch(who string, bufs [][]byte, sizes []int, offset, max int) ([][]byte, error) {
+	bufs = bufs[:min(len(bufs), len(sizes), max)]
+	if len(bufs) == 0 {
+		return nil, nil
+	}
+	if offset < 0 {
+		return nil, fmt.Errorf("%s: negative offset %d", who, offset)
+	}
+	for k := range bufs {
+		if len(bufs[k]) <= offset {
+			if k == 0 {
+				return nil, io.ErrShortBuffer
+			}
+			return bufs[:k], nil
+		}
+	}
+	return bufs, nil
+}
 
 // ErrNotSupported is returned (wrapped) when a capability is absent.
 var ErrNotSupported = errors.New("link: not supported")

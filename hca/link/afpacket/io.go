@@ -5,7 +5,6 @@ package afpacket
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -191,18 +190,11 @@ func (e *Endpoint) readOnce(bufs [][]byte, sizes []int, offset int, wait bool) (
 			return 0, nil
 		}
 	}
-	k := min(len(bufs), len(sizes), e.cfg.BatchSize)
-	if k == 0 {
-		return 0, nil
+	bufs, err := link.ReadBatch("afpacket", bufs, sizes, offset, e.cfg.BatchSize)
+	if len(bufs) == 0 {
+		return 0, err
 	}
-	if offset < 0 {
-		return 0, fmt.Errorf("afpacket: negative offset %d", offset)
-	}
-	for i := range k {
-		if len(bufs[i]) <= offset {
-			return 0, io.ErrShortBuffer
-		}
-	}
+	k := len(bufs)
 	for {
 		if r.pend < r.got {
 			if n := r.deliverPending(bufs[:k], sizes, offset); n > 0 {

@@ -3,7 +3,6 @@ package memlink
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -394,24 +393,10 @@ func (p *pipe) enqueue(s slot) {
 // buffer is dropped and counted in the writer's Stats.DroppedTooLarge.
 func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	p := e.rx
-	// API misuse (fewer sizes than buffers, an offset outside them) gets
-	// an error or a shorter batch, not a panic with p.mu held, as the
-	// udp and afpacket links do.
-	bufs = bufs[:min(len(bufs), len(sizes), e.cfg.BatchSize)]
+	// Checked before p.mu is taken: misuse must not panic with it held.
+	bufs, err := link.ReadBatch("memlink", bufs, sizes, offset, e.cfg.BatchSize)
 	if len(bufs) == 0 {
-		return 0, nil
-	}
-	if offset < 0 {
-		return 0, fmt.Errorf("memlink: negative offset %d", offset)
-	}
-	for k := range bufs {
-		if len(bufs[k]) <= offset {
-			if k == 0 {
-				return 0, io.ErrShortBuffer
-			}
-			bufs = bufs[:k]
-			break
-		}
+		return 0, err
 	}
 	for {
 		select {

@@ -5,7 +5,6 @@ package tun
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -76,24 +75,11 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if e.closed.Load() {
 		return 0, link.ErrClosed
 	}
-	bufs = bufs[:min(len(bufs), len(sizes), e.cfg.BatchSize)]
+	// A buffer with no room after offset ends the batch (a frame read
+	// into it would be dropped as too large).
+	bufs, err := link.ReadBatch("tun", bufs, sizes, offset, e.cfg.BatchSize)
 	if len(bufs) == 0 {
-		return 0, nil
-	}
-	if offset < 0 {
-		return 0, fmt.Errorf("tun: negative offset %d", offset)
-	}
-	for k := range bufs {
-		if len(bufs[k]) <= offset {
-			// No room for a frame: the batch ends before this buffer, as
-			// on the udp, afpacket and memlink links (a frame read into
-			// it would be dropped as too large).
-			if k == 0 {
-				return 0, io.ErrShortBuffer
-			}
-			bufs = bufs[:k]
-			break
-		}
+		return 0, err
 	}
 	r := &e.rx
 	r.bufs, r.sizes, r.offset, r.n, r.errno = bufs, sizes, offset, 0, 0

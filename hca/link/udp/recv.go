@@ -144,25 +144,9 @@ func (r *rxState) read(bufs [][]byte, sizes []int, offset int, wait bool) (int, 
 	if e.closed.Load() {
 		return 0, link.ErrClosed
 	}
-	// API misuse (fewer sizes than buffers, an offset outside them) gets
-	// an error or a shorter batch, not a panic on an index (as afpacket).
-	bufs = bufs[:min(len(bufs), len(sizes), e.cfg.BatchSize)]
+	bufs, err := link.ReadBatch("udp", bufs, sizes, offset, e.cfg.BatchSize)
 	if len(bufs) == 0 {
-		return 0, nil
-	}
-	if offset < 0 {
-		return 0, fmt.Errorf("udp: negative offset %d", offset)
-	}
-	for k := range bufs {
-		if len(bufs[k]) <= offset {
-			// No room for a frame: the batch ends before this buffer,
-			// as a direct receive's does.
-			if k == 0 {
-				return 0, io.ErrShortBuffer
-			}
-			bufs = bufs[:k]
-			break
-		}
+		return 0, err
 	}
 	for {
 		if !r.direct {
