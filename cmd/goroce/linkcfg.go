@@ -307,6 +307,9 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 			if p, err = netip.ParsePrefix(a); err == nil {
 				ip, s.AddrBits = p.Addr(), p.Bits()
 				if ip.Is4In6() {
+					if s.AddrBits < 96 {
+						return s, linkErrf(errLinkConfig, nil, "addr %q: an IPv4-mapped address with a prefix length shorter than /96 has no IPv4 equivalent", a)
+					}
 					s.AddrBits -= 96
 				}
 				if s.AddrBits == 0 {
@@ -396,8 +399,17 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 		if err != nil || p.Addr().Zone() != "" {
 			return s, linkErrf(errLinkConfig, nil, "kernel-addr %q is not an address with a prefix length (e.g. 10.99.1.1/24)", k)
 		}
+		// An unmapped prefix shorter than /0 would be an invalid Prefix,
+		// which reads as no kernel-addr at all.
 		if p.Addr().Is4In6() {
+			if p.Bits() < 96 {
+				return s, linkErrf(errLinkConfig, nil, "kernel-addr %q: an IPv4-mapped address with a prefix length shorter than /96 has no IPv4 equivalent", k)
+			}
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		// As for addr: /0 would route every address into the device.
+		if p.Bits() == 0 {
+			return s, linkErrf(errLinkConfig, nil, "kernel-addr %q: prefix length 0", k)
 		}
 		s.KernelAddr = p
 	}
