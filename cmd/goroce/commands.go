@@ -50,7 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch name := args[0]; name {
 	case "help", "-h", "-help", "--help":
-		if name == "help" && len(args) > 1 {
+		// `goroce help help` and `goroce help -h` ask for this list too.
+		if name == "help" && len(args) > 1 && args[1] != "help" && args[1] != "-h" && args[1] != "-help" && args[1] != "--help" {
 			if c, ok := commands[args[1]]; ok {
 				return c.run(append(args[2:], "--help"), stdout, stderr)
 			}
