@@ -53,14 +53,19 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: -i %d: ports start at 1\n", name, *port)
 		return exitUsage
 	}
+	// Checked before -l too: the list names the device these settings
+	// would open, and there is none on a link that cannot be configured.
+	ls, err := lf.settings()
+	if err != nil {
+		return linkExit(stderr, name, err)
+	}
+	if *devName == "" {
+		*devName = hca.DefaultName // as hca.Open names it
+	}
 	if *list {
 		// One device per link configuration: the list is its name.
 		fmt.Fprintf(stdout, "1 HCA found:\n\t%s\n\n", *devName)
 		return exitOK
-	}
-	ls, err := lf.settings()
-	if err != nil {
-		return linkExit(stderr, name, err)
 	}
 	od, err := openDevice(ls, "", *devName)
 	if err != nil {

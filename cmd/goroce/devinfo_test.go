@@ -133,6 +133,16 @@ func TestDevinfoList(t *testing.T) {
 	if st != exitOK || out != "1 HCA found:\n\tgoroce3\n\n" {
 		t.Fatalf("status %d, output %q", st, out)
 	}
+	// -d "" opens the device under its default name; the list says so.
+	st, out, _ = runCLI("devinfo", "-l", "-d", "")
+	if st != exitOK || out != "1 HCA found:\n\t"+hca.DefaultName+"\n\n" {
+		t.Fatalf("-d \"\": status %d, output %q", st, out)
+	}
+	// A link configuration that cannot open a device lists none.
+	st, out, errOut := runCLI("devinfo", "-l", "--link", "carrier-pigeon")
+	if st != exitUsage || out != "" || !strings.Contains(errOut, `unknown link "carrier-pigeon"`) {
+		t.Fatalf("bad link: status %d, stdout %q, stderr %q", st, out, errOut)
+	}
 }
 
 func TestDevinfoErrors(t *testing.T) {
