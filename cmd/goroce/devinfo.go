@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/goroce/goroce/hca"
@@ -72,8 +73,12 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		return linkExit(stderr, name, err)
 	}
 	defer od.Close()
-	if *port > od.Dev.Query().PhysPortCnt {
-		fmt.Fprintf(stderr, "%s: invalid port requested for device\n", name)
+	if n := od.Dev.Query().PhysPortCnt; *port > n {
+		ports := "ports 1 to " + strconv.Itoa(n)
+		if n == 1 {
+			ports = "port 1 only"
+		}
+		fmt.Fprintf(stderr, "%s: -i %d: invalid port requested for device %s (it has %s)\n", name, *port, od.Dev.Name(), ports)
 		return exitFail
 	}
 	w := bufio.NewWriter(stdout)

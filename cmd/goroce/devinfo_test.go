@@ -162,7 +162,7 @@ func TestDevinfoErrors(t *testing.T) {
 		{[]string{"--dev", "nosuchif0"}, exitFail, `interface "nosuchif0" does not exist`},
 		{[]string{"--addr", "192.0.2.9"}, exitFail, "not assigned to any interface"},
 		{[]string{"--link", "carrier-pigeon"}, exitUsage, `unknown link "carrier-pigeon"`},
-		{[]string{"-i", "2", "--addr", "127.0.77.34"}, exitFail, "invalid port"},
+		{[]string{"-i", "2", "--addr", "127.0.77.34"}, exitFail, "-i 2: invalid port requested for device goroce0 (it has port 1 only)"},
 		{[]string{"extra"}, exitUsage, `unexpected argument "extra"`},
 	} {
 		st, _, errOut := runCLI(append([]string{"devinfo"}, tc.args...)...)
