@@ -259,7 +259,8 @@ func readLinkConfig(name string) (map[string]string, error) {
 	defer f.Close()
 	kv := map[string]string{}
 	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
+	n := 1
+	for ; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || line[0] == '#' {
 			continue
@@ -268,9 +269,9 @@ func readLinkConfig(name string) (map[string]string, error) {
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		switch {
 		case !ok:
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, line)
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, clip(line))
 		case !linkConfigKeys[k]:
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap, rx-ring, plain-ipv4 or xdp)", name, n, k)
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap, rx-ring, plain-ipv4 or xdp)", name, n, clip(k))
 		}
 		if _, dup := kv[k]; dup {
 			return nil, linkErrf(errLinkConfig, nil, "%s:%d: key %q given twice", name, n, k)
@@ -278,9 +279,22 @@ func readLinkConfig(name string) (map[string]string, error) {
 		kv[k] = v
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, linkErrf(errLinkConfig, nil, "%s:%d: line of 64 KiB or more (not a link configuration file?)", name, n)
+		}
 		return nil, linkErrf(errLinkConfig, err, "reading config file %s", name)
 	}
 	return kv, nil
+}
+
+// clip shortens what an error quotes from a config file to a readable
+// length: a binary file or a huge line would otherwise fill the terminal.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
 }
 
 // parseLinkSettings validates the textual settings.
