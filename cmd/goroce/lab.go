@@ -69,21 +69,21 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(w, "with 10.99.0.1/24, fd99::1/64 and 10.99.0.2/24, fd99::2/64, and prints how to run")
 		fmt.Fprintln(w, "goroce in each. down removes what up made, and nothing else. Both need root.")
 	}
-	if len(args) == 0 {
+	// Flags may come before the action too (lab --name x up): the
+	// action is the first argument that is not a flag.
+	pos, status, ok := parseInterspersed(fs, args, stdout, stderr)
+	if !ok {
+		return status
+	}
+	if len(pos) == 0 {
 		fmt.Fprintln(stderr, "goroce lab: want up or down")
 		fs.SetOutput(stderr)
 		fs.Usage()
 		return exitUsage
 	}
-	verb, rest := args[0], args[1:]
-	if verb == "-h" || verb == "-help" || verb == "--help" {
-		verb, rest = "up", args
-	}
-	if status, ok := parseFlags(fs, rest, stdout, stderr); !ok {
-		return status
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "goroce lab: unexpected argument %q\n", fs.Arg(0))
+	verb := pos[0]
+	if len(pos) > 1 {
+		fmt.Fprintf(stderr, "goroce lab: unexpected argument %q\n", pos[1])
 		return exitUsage
 	}
 	if !validLabName(*name) {
@@ -105,6 +105,18 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 	case "down":
+		// down removes what up made, whatever its MTU and loss: one of
+		// these on down is a mistake, not a setting.
+		var upOnly string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "mtu" || f.Name == "loss" {
+				upOnly = f.Name
+			}
+		})
+		if upOnly != "" {
+			fmt.Fprintf(stderr, "goroce lab down: --%s applies to lab up only\n", upOnly)
+			return exitUsage
+		}
 		if err := labDown(*name, stdout); err != nil {
 			fmt.Fprintf(stderr, "goroce lab down: %v\n", err)
 			return exitFail

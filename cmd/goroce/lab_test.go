@@ -32,6 +32,15 @@ func TestLabUsage(t *testing.T) {
 		{[]string{"lab", "up", "--name", ""}, exitUsage, "invalid --name"},
 		{[]string{"lab", "down", "extra"}, exitUsage, `unexpected argument "extra"`},
 		{[]string{"lab", "up", "--bogus"}, exitUsage, "flag provided but not defined"},
+		// Flags before the action: the action is still found (an invalid
+		// name proves the flag was read, without needing root).
+		{[]string{"lab", "--name", "a/b", "up"}, exitUsage, `invalid --name "a/b"`},
+		{[]string{"lab", "--mtu", "20", "up"}, exitUsage, "--mtu 20 out of range"},
+		{[]string{"lab", "--name", "x"}, exitUsage, "want up or down"},
+		{[]string{"lab", "-x", "up"}, exitUsage, "flag provided but not defined: -x"},
+		{[]string{"lab", "up", "down"}, exitUsage, `unexpected argument "down"`},
+		{[]string{"lab", "down", "--mtu", "9000"}, exitUsage, "--mtu applies to lab up only"},
+		{[]string{"lab", "--loss", "5", "down"}, exitUsage, "--loss applies to lab up only"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
