@@ -19,8 +19,8 @@ func init() {
 	register(&command{name: "lab", summary: "create or remove a two-namespace veth lab (root)", run: runLab})
 }
 
-const labSynopsis = "goroce lab up [--name PREFIX] [--mtu N] [--loss PCT]\n" +
-	"goroce lab down [--name PREFIX]"
+// labSynopsis is one usage line per action (usageFunc aligns them).
+var labSynopsis = []string{"goroce lab up [--name PREFIX] [--mtu N] [--loss PCT]", "goroce lab down [--name PREFIX]"}
 
 // labHost is one side of the lab.
 type labHost struct {
@@ -63,7 +63,7 @@ func runLab(args []string, stdout, stderr io.Writer) int {
 	mtu := fs.Int("mtu", 1500, "MTU of the veth pair in `BYTES` (up)")
 	loss := fs.Int("loss", 0, "drop `PCT` percent of RoCE frames in each direction with nftables (up)")
 	fs.Usage = func() {
-		usageFunc(fs, labSynopsis)()
+		usageFunc(fs, labSynopsis...)()
 		w := fs.Output()
 		fmt.Fprintln(w, "\nup creates namespaces PREFIX-a and PREFIX-b joined by a veth pair (veth-a, veth-b)")
 		fmt.Fprintln(w, "with 10.99.0.1/24, fd99::1/64 and 10.99.0.2/24, fd99::2/64, and prints how to run")

@@ -24,6 +24,7 @@ func TestLabUsage(t *testing.T) {
 	}{
 		{[]string{"lab"}, exitUsage, "want up or down"},
 		{[]string{"lab", "--help"}, exitOK, "goroce lab up [--name PREFIX]"},
+		{[]string{"lab", "--help"}, exitOK, "\n       goroce lab down [--name PREFIX]\n"},
 		{[]string{"lab", "up", "--help"}, exitOK, "--loss PCT"},
 		{[]string{"lab", "sideways"}, exitUsage, `unknown action "sideways"`},
 		{[]string{"lab", "up", "--mtu", "20"}, exitUsage, "--mtu 20 out of range"},
