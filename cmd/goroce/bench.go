@@ -246,7 +246,10 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return st
 	}
 	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "goroce bench: "+format+"\n", a...)
+		// bench's errors name their package; after "goroce bench: " that
+		// would read twice.
+		msg := strings.TrimPrefix(fmt.Sprintf(format, a...), "bench: ")
+		fmt.Fprintf(stderr, "goroce bench: %s\n", msg)
 		fmt.Fprintf(stderr, "Usage: %s (goroce bench --help for the flags)\n", benchSynopsis)
 		return exitUsage
 	}

@@ -107,6 +107,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		if errOut == "" {
 			t.Errorf("%q: nothing on stderr", args)
 		}
+		if strings.Contains(errOut, "goroce bench: bench: ") {
+			t.Errorf("%q: the package named twice: %s", args, errOut)
+		}
 	}
 	if st, out, _ := runCLI("bench", "-V"); st != exitOK || out != "Version: 6.06\n" {
 		t.Errorf("bench -V: status %d, %q", st, out)
