@@ -181,8 +181,8 @@ const linkUsage = `Link configuration (flags win over --config):
                                 IP stack, packet tap or qdisc on the way (interface MTU
                                 at most 3822; needs root)
   --config FILE                 key=value lines: link, dev, addr, kernel-addr, routes,
-                                encap, mtu, pcap, rx-ring, plain-ipv4, xdp ('#' starts
-                                a comment)`
+                                encap, mtu, pcap, rx-ring, plain-ipv4, xdp (a line
+                                starting with '#' is a comment)`
 
 // addLinkFlags registers --link, --dev, --addr, --encap, --link-mtu, --pcap
 // and --config on fs. The link MTU flag is not --mtu because the tools that
