@@ -81,13 +81,11 @@ func (ah *AH) Destroy() error {
 // QP looks up the AH of every packet it sends.
 type ahTable struct {
 	slotTable[AH]
-	gen uint8 // the generation of the last AH added; under slotTable.mu
 }
 
 func (t *ahTable) add(ah *AH, max int) error {
-	return t.slotTable.add(ah, max, "max_ah", func(idx uint32) {
-		t.gen++
-		ah.index, ah.handle = idx, idx<<8|uint32(t.gen)
+	return t.slotTable.add(ah, max, "max_ah", func(idx uint32, gen uint8) {
+		ah.index, ah.handle = idx, idx<<8|uint32(gen)
 	})
 }
 

@@ -65,13 +65,19 @@ type slotTable[T any] struct {
 	top  uint32   // the highest index handed out
 	free []uint32 // indices given back, for reuse
 	n    int
+	// gens[idx] is the 8-bit generation idx was last handed out with. It
+	// counts per index, so an index reused comes back with a generation
+	// none of its last 255 holders had: a handle or key kept from one of
+	// them names nothing. A counter shared by all indices would give the
+	// old value back whenever 255 adds at other indices came in between.
+	gens []uint8
 }
 
-// add gives v an index, calls init(index) under the table lock (where
-// the object's lookup-visible fields, such as its keys, must be set: a
-// reader may see v as soon as add stores it) and stores v. limit bounds
-// the live entries; what names them in the error.
-func (t *slotTable[T]) add(v *T, limit int, what string, init func(idx uint32)) error {
+// add gives v an index and a generation for it, calls init(index, gen)
+// under the table lock (where the object's lookup-visible fields, such as
+// its keys, must be set: a reader may see v as soon as add stores it) and
+// stores v. limit bounds the live entries; what names them in the error.
+func (t *slotTable[T]) add(v *T, limit int, what string, init func(idx uint32, gen uint8)) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.n >= limit {
@@ -87,8 +93,12 @@ func (t *slotTable[T]) add(v *T, limit int, what string, init func(idx uint32)) 
 		}
 		t.top++
 		idx = t.top
+		for uint32(len(t.gens)) <= idx {
+			t.gens = append(t.gens, 0)
+		}
 	}
-	init(idx)
+	t.gens[idx]++
+	init(idx, t.gens[idx])
 	t.ids.set(idx, v)
 	t.n++
 	return nil

@@ -174,15 +174,13 @@ func (mr *MR) Dereg() error {
 // engines resolve a key for every packet, from every shard.
 type mrTable struct {
 	slotTable[MR]
-	gen uint8 // the 8-bit key of the last MR added; under slotTable.mu
 }
 
 func (t *mrTable) add(mr *MR, max int) error {
-	return t.slotTable.add(mr, max, "max_mr", func(idx uint32) {
-		t.gen++
+	return t.slotTable.add(mr, max, "max_mr", func(idx uint32, gen uint8) {
 		mr.index = idx
-		mr.lkey = bth.LKey(idx<<8 | uint32(t.gen))
-		mr.rkey = bth.RKey(idx<<8 | uint32(t.gen))
+		mr.lkey = bth.LKey(idx<<8 | uint32(gen))
+		mr.rkey = bth.RKey(idx<<8 | uint32(gen))
 	})
 }
 
