@@ -45,3 +45,40 @@ func TestHostileMisalignedAtomic(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalSinkDeregistered: the local MR a READ or an atomic returns its
+// data into is deregistered after the request left and before its
+// response arrives. The response must not land: the WR completes with
+// LOC_PROT_ERR and the old buffer keeps its bytes.
+func TestLocalSinkDeregistered(t *testing.T) {
+	for _, op := range []transport.WROpcode{transport.WRRDMARead, transport.WRAtomicFetchAndAdd} {
+		p := newPair(t, pairOpt{typ: transport.RC, mtu: bth.MTU256})
+		loc := p.mem.Register(1, 1024, allAccess)
+		rem := p.mem.Register(2, 1024, allAccess)
+		fill(rem.Buf, 5)
+		fill(loc.Buf, 6)
+		guard := append([]byte(nil), loc.Buf...)
+		n := 1024
+		if op == transport.WRAtomicFetchAndAdd {
+			n = 8
+		}
+		if err := p.a.QP.PostSend(0, &transport.SendWR{ID: 1, Opcode: op, Flags: transport.SendSignaled, CompareAdd: 1,
+			SGL: []transport.SGE{loc.SGE(0, n)}, RemoteAddr: rem.Addr, RKey: rem.RKey}); err != nil {
+			t.Fatal(err)
+		}
+		deliver(p.b.QP, 0, xmit(p.a.QP, 0)...)
+		resp := xmit(p.b.QP, 0)
+		if len(resp) == 0 {
+			t.Fatalf("%v: no response", op)
+		}
+		p.mem.Deregister(loc)
+		deliver(p.a.QP, 0, resp...)
+		wcs := p.a.SendCQ.Take(nil)
+		if len(wcs) != 1 || wcs[0].Status != transport.StatusLocProtErr {
+			t.Fatalf("%v: completions %+v, want one LOC_PROT_ERR", op, wcs)
+		}
+		if !bytes.Equal(loc.Buf, guard) {
+			t.Fatalf("%v: the response landed in the deregistered buffer", op)
+		}
+	}
+}
