@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -67,6 +68,10 @@ func TestLabNotRoot(t *testing.T) {
 // build it twice, and tears it down; down leaves foreign namespaces alone.
 func TestLabUpDown(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		// As netcfg.TwoHosts does for its loss: --loss needs nftables.
+		t.Skipf("lab up --loss needs nftables: %v (.ci/run installs it)", err)
+	}
 	prefix := fmt.Sprintf("gl%d", os.Getpid())
 	t.Cleanup(func() {
 		netcfg.DeleteNamedNetNS(prefix + "-a")
