@@ -237,6 +237,25 @@ type Device struct {
 // DefaultName is the name of a device opened without Options.Name.
 const DefaultName = "goroce0"
 
+// maxNameLen is the longest device name: the kernel's IB_DEVICE_NAME_MAX
+// (64) less its NUL, the room ibv_devinfo and perftest have for -d.
+const maxNameLen = 63
+
+// checkName refuses a device name the verbs tools could not carry: too
+// long, or with a byte that is not printable ASCII or is a space (hca_id
+// is printed as a word, and -d takes it as one).
+func checkName(name string) error {
+	if len(name) > maxNameLen {
+		return fmt.Errorf("%w: device name of %d bytes (at most %d)", ErrInvalidArg, len(name), maxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: device name %q: byte %d is not printable ASCII or is a space", ErrInvalidArg, name, i)
+		}
+	}
+	return nil
+}
+
 // Open creates a device on ep and starts its runtime. The device owns ep
 // from now on and closes it in Close.
 func Open(ep link.Endpoint, opts Options) (*Device, error) {
@@ -245,6 +264,9 @@ func Open(ep link.Endpoint, opts Options) (*Device, error) {
 	}
 	if opts.Name == "" {
 		opts.Name = DefaultName
+	}
+	if err := checkName(opts.Name); err != nil {
+		return nil, err
 	}
 	log := opts.Logger
 	if log == nil {

@@ -362,3 +362,34 @@ func TestSecondCloseWaitsForFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOpenRefusesBadNames: a device name is what ibv_devinfo prints as
+// hca_id and what -d takes: one printable word of at most 63 bytes (the
+// kernel's IB_DEVICE_NAME_MAX less its NUL). A newline in it broke the
+// devinfo layout; a name of any length was taken.
+func TestOpenRefusesBadNames(t *testing.T) {
+	for _, name := range []string{"a\nb", "goroce 0", "tab\there", "nul\x00", "é", strings.Repeat("x", 64)} {
+		a, b, err := memlink.Pair(memlink.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := hca.Open(a, hca.Options{Name: name}); !errors.Is(err, hca.ErrInvalidArg) {
+			if d != nil {
+				d.Close()
+			}
+			t.Errorf("Open(name %q) = %v; want ErrInvalidArg", name, err)
+		}
+		a.Close()
+		b.Close()
+	}
+	a, b, err := memlink.Pair(memlink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d, err := hca.Open(a, hca.Options{Name: "rxe_" + strings.Repeat("x", 59)})
+	if err != nil {
+		t.Fatalf("a 63-byte name: %v", err)
+	}
+	d.Close()
+}
