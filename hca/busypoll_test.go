@@ -363,7 +363,19 @@ func (e *latEnd) run(iters int, client bool) error {
 // first, sent its deferred ACK in a call of its own while spinning for the
 // peer's ACK, and then its next message in another: about 1.5 calls per
 // message.)
-func TestBusyPollSendLatOneCallPerMessage(t *testing.T) { testBusyPollSendLat(t) }
+//
+// With both devices in one process, a Poll on either also sends the
+// other's deferral once it is crossFlushAge (50 µs) old, for a goroutine
+// that spins on one device while the other owes it an ACK. Whenever the
+// OS preempts a poller between a receive and its answer for that long, the
+// peer's spinning Poll sends the ACK alone: on a loaded 2-CPU CI machine
+// under -race, 15% of the server's messages went so. That path is timing,
+// not the pattern this test counts, so the test takes it out (deferLimit
+// still bounds every deferral).
+func TestBusyPollSendLatOneCallPerMessage(t *testing.T) {
+	defer hca.SetCrossFlushAge(time.Hour)()
+	testBusyPollSendLat(t)
+}
 
 // Two busy-polling devices of one process on one P, each spun on by its
 // own goroutine: a spinning Poll that finds nothing must yield, or the P

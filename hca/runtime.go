@@ -624,9 +624,14 @@ func registerBusyPoller(rt *runtime, add bool) {
 	deferring.all.Store(&next)
 }
 
-// crossFlushAge is how old a deferral must be before a Poll on another
-// device sends it.
-const crossFlushAge = 50 * time.Microsecond
+// crossFlushAge is how old a deferral must be, in nanoseconds, before a
+// Poll on another device sends it: 50 µs. It is a variable only so that a
+// test can take this timing-dependent path out of a count it makes
+// (export_test.go); atomic, because goroutines of devices an earlier test
+// closed may still read it.
+var crossFlushAge atomic.Int64
+
+func init() { crossFlushAge.Store(int64(50 * time.Microsecond)) }
 
 // flushAllDeferred flushes the deferred shards of every busy-polling
 // runtime (self nil), or those of self (with withSelf) and of the others
@@ -643,7 +648,7 @@ func flushAllDeferred(self *runtime, withSelf bool) {
 			if rt == self && !withSelf {
 				continue
 			}
-			if rt != self && time.Duration(int64(rt.d.now())-rt.deferredAt.Load()) < crossFlushAge {
+			if rt != self && int64(rt.d.now())-rt.deferredAt.Load() < crossFlushAge.Load() {
 				continue
 			}
 		}

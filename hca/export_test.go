@@ -1,0 +1,11 @@
+package hca
+
+import "time"
+
+// SetCrossFlushAge sets how old one device's busy-poll deferral must be
+// before a Poll on another device of the process sends it, and returns a
+// func that restores the old age.
+func SetCrossFlushAge(d time.Duration) (restore func()) {
+	old := crossFlushAge.Swap(int64(d))
+	return func() { crossFlushAge.Store(old) }
+}
