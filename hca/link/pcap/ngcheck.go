@@ -57,6 +57,7 @@ type ngChecker struct {
 	linkTypes []LinkType
 	block     []byte
 	left      []byte // checked bytes not yet read
+	typ       uint32 // the type of the block in left
 	err       error
 }
 
@@ -193,8 +194,37 @@ func (c *ngChecker) next() error {
 			return err
 		}
 	}
-	c.left = b
+	c.left, c.typ = b, typ
 	return nil
+}
+
+// firstInterface reads ahead to the file's first interface block and
+// returns its link type. pcapgo, reading a file of mixed link types, reads
+// an interface block only when it meets it among the packets, so after the
+// section header it knows of no interface yet. Called when pcapgo has
+// taken the section header (and nothing after it), firstInterface checks
+// and drops the blocks before the interface that pcapgo would skip anyway
+// (name resolution, decryption secrets, custom blocks) and leaves the
+// interface block in c.left for pcapgo. It stops without one at a block
+// pcapgo reads (a packet or statistics block before any interface, another
+// section header), at the end of the file or at a malformed block, whose
+// error c keeps for pcapgo's next read as before.
+func (c *ngChecker) firstInterface() (LinkType, bool) {
+	for len(c.linkTypes) == 0 && len(c.left) == 0 && c.err == nil {
+		if c.err = c.next(); c.err != nil {
+			break
+		}
+		switch c.typ {
+		case ngSectionHeader, ngInterface, ngInterfaceStats, ngEnhancedPacket, ngObsoletePacket, ngSimplePacket:
+			// Left for pcapgo, which ends the loop.
+		default:
+			c.left = nil
+		}
+	}
+	if len(c.linkTypes) == 0 {
+		return 0, false
+	}
+	return c.linkTypes[0], true
 }
 
 // Option codes ngChecker looks into.

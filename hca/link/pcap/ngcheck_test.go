@@ -237,3 +237,59 @@ func TestReaderPcapngWideLinkTypes(t *testing.T) {
 		t.Fatalf("after 5 frames: %v, want io.EOF", err)
 	}
 }
+
+// Reader.LinkType of a pcapng file is its first interface's link type, as
+// its doc says, whatever blocks pcapgo skips come before that interface and
+// however many interfaces follow it. NewReader asked pcapgo for its
+// interfaces right after the section header, before pcapgo had read any
+// (it reads them as packets are read), so LinkType was 0 for every pcapng
+// file.
+func TestReaderPcapngLinkType(t *testing.T) {
+	frame := readRequestFrame
+	eth := uint16(LinkTypeEthernet)
+	epb := func(iface uint32) []byte { // frame on the Ethernet interface iface
+		b := ngEPB(uint32(len(frame)), frame)
+		binary.LittleEndian.PutUint32(b[8:], iface)
+		return b
+	}
+	nrb := ngBlock(4, cat(binary.LittleEndian.AppendUint16(nil, 1), binary.LittleEndian.AppendUint16(nil, 8),
+		[]byte{10, 0, 0, 1, 'h', 'o', 's', 't'}, make([]byte, 4)), 0) // name resolution block
+	custom := ngBlock(0x40000BAD, make([]byte, 16), 0)
+	for _, tc := range []struct {
+		name string
+		file []byte
+		want LinkType
+	}{
+		{"one interface", cat(ngSHB(), ngIDB(eth, 0), epb(0)), LinkTypeEthernet},
+		{"several interfaces", cat(ngSHB(), ngIDB(uint16(LinkTypeLinuxSLL2), 0), ngIDB(eth, 0), ngIDB(189, 0), epb(1), epb(1)), LinkTypeLinuxSLL2},
+		{"unsupported first", cat(ngSHB(), ngIDB(189, 0), ngIDB(eth, 0), epb(1)), 189},
+		{"blocks before the interface", cat(ngSHB(), nrb, custom, ngIDB(uint16(LinkTypeERF), 0), ngIDB(eth, 0), epb(1), nrb, epb(1)), LinkTypeERF},
+		{"section header options", cat(ngBlock(ngSectionHeader, cat(ngSHB()[8:24], ngOpt(4, bytes.Repeat([]byte("a"), 5000)), ngOpt(0, nil)), 0),
+			ngIDB(eth, 0), epb(0)), LinkTypeEthernet},
+		{"no interface", cat(ngSHB()), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewReader(bytes.NewReader(tc.file))
+			if err != nil {
+				t.Fatalf("NewReader: %v", err)
+			}
+			if lt := r.LinkType(); lt != tc.want {
+				t.Fatalf("LinkType() = %v, want %v", lt, tc.want)
+			}
+			// Reading ahead to the interface loses no record.
+			var f Frame
+			n := 0
+			for ; ; n++ {
+				if err = r.Next(&f); err != nil {
+					break
+				}
+				if !bytes.Equal(f.Data, frame) || f.Index != n+1 {
+					t.Fatalf("frame %d: %+v", n+1, f)
+				}
+			}
+			if want := bytes.Count(tc.file, frame); err != io.EOF || n != want {
+				t.Fatalf("after %d frames: %v, want io.EOF after %d", n, err, want)
+			}
+		})
+	}
+}

@@ -153,11 +153,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 		if err != nil {
 			return nil, headerError(err)
 		}
+		// pcapgo has read the section header only: it reads interface
+		// blocks as it meets them, so ngc reads ahead to the first.
 		rd := &Reader{ng: ng, ngc: ngc}
-		if ng.NInterfaces() > 0 {
-			iface, _ := ng.Interface(0)
-			rd.linkType = ngc.linkType(uint8(iface.LinkType))
-		}
+		rd.linkType, _ = ngc.firstInterface()
 		return rd, nil
 	case isPcapMagic(magic), magic[0] == 0x1F && magic[1] == 0x8B:
 		// The file header is read here, and handed to pcapgo with its snap
@@ -235,7 +234,8 @@ func supported(lt LinkType) bool {
 }
 
 // LinkType returns the link type of the file (of its first interface for
-// pcapng, whose interfaces may differ; Frame.LinkType is per record).
+// pcapng, whose interfaces may differ, and 0 for a pcapng file with no
+// interface before its first packet; Frame.LinkType is per record).
 func (r *Reader) LinkType() LinkType { return r.linkType }
 
 // Next reads the next record into f. It returns io.EOF at the clean end of
