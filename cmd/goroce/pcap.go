@@ -49,7 +49,8 @@ func runPcap(args []string, stdout, stderr io.Writer) int {
 // runPcapVerify implements `goroce pcap verify`. Exit status: 0 when every
 // RoCE/IB packet verified and there was at least one; 1 when some were bad
 // or there were none; 2 for a usage error or a file that cannot be read to
-// its end.
+// its end. Records of pcapng interfaces goroce cannot read (USB beside the
+// Ethernet one, say) are skipped and said, and do not change the status.
 func runPcapVerify(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("goroce pcap verify", flag.ContinueOnError)
 	quiet := fs.Bool("q", false, "list only bad packets (the summary line is always printed)")
@@ -57,8 +58,10 @@ func runPcapVerify(args []string, stdout, stderr io.Writer) int {
 		"",
 		"Prints one line per RoCE/IB packet: frame number, encapsulation, opcode,",
 		"dest QPN, PSN, ICRC ok|BAD (and VCRC ok|BAD for native IB), then",
-		"  N ok, M bad, K other",
-		"where other counts frames that are not RoCE/IB (ARP, TCP, ...).",
+		"  N ok, M bad, K other[, S skipped]",
+		"where other counts frames that are not RoCE/IB (ARP, TCP, ...) and skipped",
+		"the records of pcapng interfaces of a link type goroce cannot read (USB,",
+		"NULL, ...), said per link type after the packets of their file.",
 		"Exit status 0 only when M is 0 and N is not; 2 when a file cannot be read.")
 	if status, ok := parseFlags(fs, args, stdout, stderr); !ok {
 		return status

@@ -1,6 +1,7 @@
 package pcap
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -9,11 +10,13 @@ import (
 )
 
 // Counts is the outcome of verifying captures: frames whose CRCs verify,
-// RoCE/IB frames that are malformed or whose CRCs do not verify, and frames
+// RoCE/IB frames that are malformed or whose CRCs do not verify, frames
 // that are not RoCE/IB at all (ARP, the TCP side channel, non-IB ERF
-// records).
+// records), and the records of pcapng interfaces of a link type goroce
+// cannot read (USB, NULL, ...: an *UnsupportedLinkTypeError from Next),
+// which are skipped.
 type Counts struct {
-	OK, Bad, Other int
+	OK, Bad, Other, Skipped int
 }
 
 // Add adds c2 to c.
@@ -21,10 +24,15 @@ func (c *Counts) Add(c2 Counts) {
 	c.OK += c2.OK
 	c.Bad += c2.Bad
 	c.Other += c2.Other
+	c.Skipped += c2.Skipped
 }
 
-// String gives the summary line of `goroce pcap verify`.
+// String gives the summary line of `goroce pcap verify`; it names the
+// skipped records only when there are some.
 func (c Counts) String() string {
+	if c.Skipped > 0 {
+		return fmt.Sprintf("%d ok, %d bad, %d other, %d skipped", c.OK, c.Bad, c.Other, c.Skipped)
+	}
 	return fmt.Sprintf("%d ok, %d bad, %d other", c.OK, c.Bad, c.Other)
 }
 
@@ -57,10 +65,16 @@ type VerifyOptions struct {
 //	 7 ethernet   BAD: wire: inconsistent length field at offset 16: UDP length
 //
 // The number is the record number in the file (Wireshark's frame number).
-// Frames that are not RoCE/IB are counted as Other and not listed. The error
-// is non-nil when the file cannot be read to its end (not a capture, an
-// unsupported link type, truncated); the counts then cover the frames read
-// before it.
+// Frames that are not RoCE/IB are counted as Other and not listed. The
+// records of a pcapng interface whose link type goroce cannot read are
+// counted as Skipped and the others verified, as tshark shows them all;
+// after the frames one line per such link type says how many were skipped:
+//
+//	skipped 8 records of link type 189, which goroce cannot read
+//
+// The error is non-nil when the file cannot be read to its end (not a
+// capture, a classic pcap file of an unsupported link type, truncated); the
+// counts (and skip lines) then cover the records read before it.
 func Verify(r io.Reader, out io.Writer, opts VerifyOptions) (Counts, error) {
 	var c Counts
 	rd, err := NewReader(r)
@@ -68,13 +82,25 @@ func Verify(r io.Reader, out io.Writer, opts VerifyOptions) (Counts, error) {
 		return c, err
 	}
 	var (
-		f Frame
-		p wire.Packet
+		f       Frame
+		p       wire.Packet
+		skipped []skipCount // per link type, in the order first met
+		ule     *UnsupportedLinkTypeError
 	)
+	defer func() {
+		for _, s := range skipped {
+			fmt.Fprintf(out, "skipped %d records of link type %d, which goroce cannot read\n", s.n, uint32(s.lt))
+		}
+	}()
 	for {
 		err := rd.Next(&f)
 		if err == io.EOF {
 			return c, nil
+		}
+		if errors.As(err, &ule) && ule.Frame > 0 {
+			c.Skipped++
+			skipped = countSkip(skipped, ule.LinkType)
+			continue
 		}
 		if err != nil {
 			return c, err
@@ -98,6 +124,22 @@ func Verify(r io.Reader, out io.Writer, opts VerifyOptions) (Counts, error) {
 			c.Other++
 		}
 	}
+}
+
+// skipCount counts the skipped records of one link type.
+type skipCount struct {
+	lt LinkType
+	n  int
+}
+
+func countSkip(s []skipCount, lt LinkType) []skipCount {
+	for i := range s {
+		if s[i].lt == lt {
+			s[i].n++
+			return s
+		}
+	}
+	return append(s, skipCount{lt, 1})
 }
 
 type verdict uint8

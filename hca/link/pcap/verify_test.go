@@ -214,3 +214,58 @@ func TestVerifyGenerated(t *testing.T) {
 		}
 	}
 }
+
+// A pcapng file may hold interfaces goroce cannot read beside its Ethernet
+// one (dumpcap -i eth0 -i usbmon1): their records are skipped, counted per
+// link type and said, and every RoCE record around them is verified, as
+// tshark shows them all. Verify stopped at the first USB record with an
+// error, having verified none of the RoCE frames after it.
+// testdata/rc_pingpong_usb.pcapng is rc_pingpong.pcap with 8 USB
+// (LINKTYPE_USB_LINUX, 189) and 2 LINKTYPE_NULL records interleaved
+// (testdata/rc_pingpong_usb.py).
+func TestVerifySkipsUnsupportedInterfaces(t *testing.T) {
+	file := readFile(t, filepath.Join("testdata", "rc_pingpong_usb.pcapng"))
+	var out bytes.Buffer
+	c, err := Verify(bytes.NewReader(file), &out, VerifyOptions{})
+	if err != nil {
+		t.Fatalf("Verify: %v\n%s", err, out.String())
+	}
+	if c != (Counts{OK: 20, Other: 13, Skipped: 10}) {
+		t.Fatalf("%v\n%s", c, out.String())
+	}
+	if c.String() != "20 ok, 0 bad, 13 other, 10 skipped" {
+		t.Fatalf("summary %q", c.String())
+	}
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	if len(lines) != 22 {
+		t.Fatalf("%d lines, want 20 packets and 2 skip lines:\n%s", len(lines), out.String())
+	}
+	// The frame numbers are the file's (Wireshark's), skipped records
+	// included: rc_pingpong.pcap's frame 13 is record 17 here (tshark
+	// shows it as frame 17 too).
+	if want := "    17 roce2-ipv4 RC_SEND_ONLY                      qp=0x000029 psn=0x6698b8 ICRC ok"; lines[0] != want {
+		t.Fatalf("first line\n got %q\nwant %q", lines[0], want)
+	}
+	for i, want := range []string{
+		"skipped 8 records of link type 189, which goroce cannot read",
+		"skipped 2 records of link type 0, which goroce cannot read",
+	} {
+		if got := lines[20+i]; got != want {
+			t.Fatalf("skip line %d\n got %q\nwant %q", i, got, want)
+		}
+	}
+	// Quiet lists no good packet but still says what it skipped.
+	out.Reset()
+	if c2, err := Verify(bytes.NewReader(file), &out, VerifyOptions{Quiet: true}); err != nil || c2 != c {
+		t.Fatalf("quiet: %v %v", c2, err)
+	}
+	if got := strings.Join(lines[20:], "\n") + "\n"; out.String() != got {
+		t.Fatalf("quiet output %q, want %q", out.String(), got)
+	}
+	// A file cut inside a later record still says what it skipped before.
+	out.Reset()
+	c3, err := Verify(bytes.NewReader(file[:len(file)-10]), &out, VerifyOptions{Quiet: true})
+	if !errors.Is(err, ErrTruncated) || c3.Skipped != 10 || !strings.Contains(out.String(), "skipped 8 records of link type 189") {
+		t.Fatalf("truncated: %v %v %q", c3, err, out.String())
+	}
+}
