@@ -207,27 +207,26 @@ func addLinkFlags(fs *flag.FlagSet) *linkFlags {
 // settings merges the config file (if any) with the flags set on the
 // command line and validates the result. It does no network I/O.
 func (lf *linkFlags) settings() (linkSettings, error) {
-	kv := map[string]string{}
+	var cfg linkConfig
 	if lf.config != "" {
 		var err error
-		if kv, err = readLinkConfig(lf.config); err != nil {
+		if cfg, err = readLinkConfig(lf.config); err != nil {
 			return linkSettings{}, err
 		}
 	}
 	set := map[string]bool{}
 	lf.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	pick := func(name, flagVal string) string {
-		if v, ok := kv[name]; ok && !set[name] {
-			return v
-		}
-		return flagVal
-	}
+	// where says, for each value taken from the file, its file and line
+	// ("links.conf:7: "), which an error about it starts with.
+	where := map[string]string{}
 	pickAs := func(key, flagName, flagVal string) string {
-		if v, ok := kv[key]; ok && !set[flagName] {
+		if v, ok := cfg.kv[key]; ok && !set[flagName] {
+			where[key] = fmt.Sprintf("%s:%d: ", cfg.name, cfg.line[key])
 			return v
 		}
 		return flagVal
 	}
+	pick := func(name, flagVal string) string { return pickAs(name, name, flagVal) }
 	mtu := strconv.Itoa(lf.mtu)
 	return parseLinkSettings(map[string]string{
 		"link":        pick("link", lf.link),
@@ -241,23 +240,32 @@ func (lf *linkFlags) settings() (linkSettings, error) {
 		"rx-ring":     pick("rx-ring", strconv.FormatBool(lf.rxRing)),
 		"plain-ipv4":  pick("plain-ipv4", strconv.FormatBool(lf.plain)),
 		"xdp":         pick("xdp", lf.xdp),
-	})
+	}, where)
 }
 
 // linkConfigKeys are the keys a config file may hold.
 var linkConfigKeys = map[string]bool{"link": true, "dev": true, "addr": true, "kernel-addr": true, "routes": true,
 	"encap": true, "mtu": true, "pcap": true, "rx-ring": true, "plain-ipv4": true, "xdp": true}
 
+// linkConfig is what a config file says: its name as given, its values by
+// key and the line of each.
+type linkConfig struct {
+	name string
+	kv   map[string]string
+	line map[string]int
+}
+
 // readLinkConfig reads key=value lines. Blank lines and lines starting with
 // '#' are skipped; an unknown key, a line without '=' or a key given twice
-// is an error naming the line.
-func readLinkConfig(name string) (map[string]string, error) {
+// is an error naming the line. (A bad value is parseLinkSettings' error,
+// which names the line too.)
+func readLinkConfig(name string) (linkConfig, error) {
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, linkErrf(errLinkConfig, err, "config file")
+		return linkConfig{}, linkErrf(errLinkConfig, err, "config file")
 	}
 	defer f.Close()
-	kv := map[string]string{}
+	kv, lineOf := map[string]string{}, map[string]int{}
 	sc := bufio.NewScanner(f)
 	n := 1
 	for ; sc.Scan(); n++ {
@@ -269,22 +277,22 @@ func readLinkConfig(name string) (map[string]string, error) {
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		switch {
 		case !ok:
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, clip(line))
+			return linkConfig{}, linkErrf(errLinkConfig, nil, "%s:%d: want key=value, got %q", name, n, clip(line))
 		case !linkConfigKeys[k]:
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap, rx-ring, plain-ipv4 or xdp)", name, n, clip(k))
+			return linkConfig{}, linkErrf(errLinkConfig, nil, "%s:%d: unknown key %q (want link, dev, addr, kernel-addr, routes, encap, mtu, pcap, rx-ring, plain-ipv4 or xdp)", name, n, clip(k))
 		}
 		if _, dup := kv[k]; dup {
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: key %q given twice", name, n, k)
+			return linkConfig{}, linkErrf(errLinkConfig, nil, "%s:%d: key %q given twice", name, n, k)
 		}
-		kv[k] = v
+		kv[k], lineOf[k] = v, n
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, linkErrf(errLinkConfig, nil, "%s:%d: line of 64 KiB or more (not a link configuration file?)", name, n)
+			return linkConfig{}, linkErrf(errLinkConfig, nil, "%s:%d: line of 64 KiB or more (not a link configuration file?)", name, n)
 		}
-		return nil, linkErrf(errLinkConfig, err, "reading config file %s", name)
+		return linkConfig{}, linkErrf(errLinkConfig, err, "reading config file %s", name)
 	}
-	return kv, nil
+	return linkConfig{name: name, kv: kv, line: lineOf}, nil
 }
 
 // clip shortens what an error quotes from a config file to a readable
@@ -297,8 +305,13 @@ func clip(s string) string {
 	return s[:max] + "..."
 }
 
-// parseLinkSettings validates the textual settings.
-func parseLinkSettings(kv map[string]string) (linkSettings, error) {
+// parseLinkSettings validates the textual settings. where[key] is the
+// "FILE:LINE: " of a value from a config file, "" for one from a flag: an
+// error about the value starts with it.
+func parseLinkSettings(kv, where map[string]string) (linkSettings, error) {
+	bad := func(key, format string, args ...any) error {
+		return linkErrf(errLinkConfig, nil, "%s"+format, append([]any{where[key]}, args...)...)
+	}
 	var s linkSettings
 	s.Link = kv["link"]
 	if s.Link == "" {
@@ -307,7 +320,7 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 	switch s.Link {
 	case linkUDP, linkAFPacket, linkTUN, linkTAP:
 	default:
-		return s, linkErrf(errLinkConfig, nil, "unknown link %q (want udp, afpacket, tun or tap)", s.Link)
+		return s, bad("link", "unknown link %q (want udp, afpacket, tun or tap)", s.Link)
 	}
 	s.Dev = kv["dev"]
 	behind := s.Link == linkTUN || s.Link == linkTAP // the goroce host is behind a device
@@ -315,27 +328,27 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 		ip, err := netip.ParseAddr(a)
 		if strings.Contains(a, "/") {
 			if !behind {
-				return s, linkErrf(errLinkConfig, nil, "addr %q: a prefix length belongs to --link tun or tap (the %s link uses the interface's address)", a, s.Link)
+				return s, bad("addr", "addr %q: a prefix length belongs to --link tun or tap (the %s link uses the interface's address)", a, s.Link)
 			}
 			var p netip.Prefix
 			if p, err = netip.ParsePrefix(a); err == nil {
 				ip, s.AddrBits = p.Addr(), p.Bits()
 				if ip.Is4In6() {
 					if s.AddrBits < 96 {
-						return s, linkErrf(errLinkConfig, nil, "addr %q: an IPv4-mapped address with a prefix length shorter than /96 has no IPv4 equivalent", a)
+						return s, bad("addr", "addr %q: an IPv4-mapped address with a prefix length shorter than /96 has no IPv4 equivalent", a)
 					}
 					s.AddrBits -= 96
 				}
 				if s.AddrBits == 0 {
-					return s, linkErrf(errLinkConfig, nil, "addr %q: prefix length 0", a)
+					return s, bad("addr", "addr %q: prefix length 0", a)
 				}
 			}
 		}
 		if err != nil || ip.Zone() != "" {
-			return s, linkErrf(errLinkConfig, nil, "addr %q is not an IPv4 or IPv6 address", a)
+			return s, bad("addr", "addr %q is not an IPv4 or IPv6 address", a)
 		}
 		if ip.IsUnspecified() || ip.IsMulticast() {
-			return s, linkErrf(errLinkConfig, nil, "addr %s: need a unicast address", ip)
+			return s, bad("addr", "addr %s: need a unicast address", ip)
 		}
 		s.Addr = ip.Unmap()
 	}
@@ -347,18 +360,18 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 	case encapRoCE2:
 	case encapRoCE1:
 		if s.Link == linkUDP || s.Link == linkTUN {
-			return s, linkErrf(errLinkConfig, nil, "encap roce1 needs an Ethernet link (afpacket or tap), not %s", s.Link)
+			return s, bad("encap", "encap roce1 needs an Ethernet link (afpacket or tap), not %s", s.Link)
 		}
 	default:
-		return s, linkErrf(errLinkConfig, nil, "unknown encap %q (want roce2 or roce1)", s.Encap)
+		return s, bad("encap", "unknown encap %q (want roce2 or roce1)", s.Encap)
 	}
 	if m := kv["mtu"]; m != "" {
 		n, err := strconv.Atoi(m)
 		if err != nil || n < 0 {
-			return s, linkErrf(errLinkConfig, nil, "mtu %q is not a byte count", m)
+			return s, bad("mtu", "mtu %q is not a byte count", m)
 		}
 		if n != 0 && n < 576 {
-			return s, linkErrf(errLinkConfig, nil, "mtu %d is too small for RoCE (at least 576 bytes: IB MTU 256 plus headers)", n)
+			return s, bad("mtu", "mtu %d is too small for RoCE (at least 576 bytes: IB MTU 256 plus headers)", n)
 		}
 		s.MTU = n
 	}
@@ -366,29 +379,29 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 	if r := kv["rx-ring"]; r != "" {
 		b, err := strconv.ParseBool(r)
 		if err != nil {
-			return s, linkErrf(errLinkConfig, nil, "rx-ring %q is not true or false", r)
+			return s, bad("rx-ring", "rx-ring %q is not true or false", r)
 		}
 		if b && s.Link != linkUDP {
-			return s, linkErrf(errLinkConfig, nil, "rx-ring applies to the udp link only (the %s link has no raw socket to replace)", s.Link)
+			return s, bad("rx-ring", "rx-ring applies to the udp link only (the %s link has no raw socket to replace)", s.Link)
 		}
 		if b && s.Addr.Is6() {
-			return s, linkErrf(errLinkConfig, nil, "rx-ring needs an IPv4 address (IPv6 receives on the UDP socket itself), not %s", s.Addr)
+			return s, bad("rx-ring", "rx-ring needs an IPv4 address (IPv6 receives on the UDP socket itself), not %s", s.Addr)
 		}
 		s.RxRing = b
 	}
 	if r := kv["plain-ipv4"]; r != "" {
 		b, err := strconv.ParseBool(r)
 		if err != nil {
-			return s, linkErrf(errLinkConfig, nil, "plain-ipv4 %q is not true or false", r)
+			return s, bad("plain-ipv4", "plain-ipv4 %q is not true or false", r)
 		}
 		if b && s.Link != linkUDP {
-			return s, linkErrf(errLinkConfig, nil, "plain-ipv4 applies to the udp link only, not to the %s link", s.Link)
+			return s, bad("plain-ipv4", "plain-ipv4 applies to the udp link only, not to the %s link", s.Link)
 		}
 		if b && s.Addr.Is6() {
-			return s, linkErrf(errLinkConfig, nil, "plain-ipv4 needs an IPv4 address (IPv6 always receives on the UDP socket), not %s", s.Addr)
+			return s, bad("plain-ipv4", "plain-ipv4 needs an IPv4 address (IPv6 always receives on the UDP socket), not %s", s.Addr)
 		}
 		if b && s.RxRing {
-			return s, linkErrf(errLinkConfig, nil, "plain-ipv4 and rx-ring exclude each other (the ring is a packet socket, which needs CAP_NET_RAW)")
+			return s, bad("plain-ipv4", "plain-ipv4 and rx-ring exclude each other (the ring is a packet socket, which needs CAP_NET_RAW)")
 		}
 		s.PlainIPv4 = b
 	}
@@ -396,59 +409,59 @@ func parseLinkSettings(kv map[string]string) (linkSettings, error) {
 	case "":
 	case "generic", "native":
 		if s.Link != linkAFPacket {
-			return s, linkErrf(errLinkConfig, nil, "xdp applies to the afpacket link only (AF_XDP takes Ethernet frames off an interface), not to the %s link", s.Link)
+			return s, bad("xdp", "xdp applies to the afpacket link only (AF_XDP takes Ethernet frames off an interface), not to the %s link", s.Link)
 		}
 		s.XDP = x
 	default:
-		return s, linkErrf(errLinkConfig, nil, "xdp %q is not generic or native", x)
+		return s, bad("xdp", "xdp %q is not generic or native", x)
 	}
 	if s.Dev == "" && s.Link == linkAFPacket {
-		return s, linkErrf(errLinkConfig, nil, "link %s needs --dev", s.Link)
+		return s, bad("link", "link %s needs --dev", s.Link)
 	}
 	if k := kv["kernel-addr"]; k != "" {
 		if !behind {
-			return s, linkErrf(errLinkConfig, nil, "kernel-addr applies to --link tun or tap only")
+			return s, bad("kernel-addr", "kernel-addr applies to --link tun or tap only")
 		}
 		p, err := netip.ParsePrefix(k)
 		if err != nil || p.Addr().Zone() != "" {
-			return s, linkErrf(errLinkConfig, nil, "kernel-addr %q is not an address with a prefix length (e.g. 10.99.1.1/24)", k)
+			return s, bad("kernel-addr", "kernel-addr %q is not an address with a prefix length (e.g. 10.99.1.1/24)", k)
 		}
 		// An unmapped prefix shorter than /0 would be an invalid Prefix,
 		// which reads as no kernel-addr at all.
 		if p.Addr().Is4In6() {
 			if p.Bits() < 96 {
-				return s, linkErrf(errLinkConfig, nil, "kernel-addr %q: an IPv4-mapped address with a prefix length shorter than /96 has no IPv4 equivalent", k)
+				return s, bad("kernel-addr", "kernel-addr %q: an IPv4-mapped address with a prefix length shorter than /96 has no IPv4 equivalent", k)
 			}
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		// As for addr: /0 would route every address into the device.
 		if p.Bits() == 0 {
-			return s, linkErrf(errLinkConfig, nil, "kernel-addr %q: prefix length 0", k)
+			return s, bad("kernel-addr", "kernel-addr %q: prefix length 0", k)
 		}
 		s.KernelAddr = p
 	}
 	if r := kv["routes"]; r != "" {
 		if !behind {
-			return s, linkErrf(errLinkConfig, nil, "routes apply to --link tun or tap only")
+			return s, bad("routes", "routes apply to --link tun or tap only")
 		}
 		for _, x := range strings.Split(r, ",") {
 			p, err := netip.ParsePrefix(strings.TrimSpace(x))
 			if err != nil {
-				return s, linkErrf(errLinkConfig, nil, "route %q is not a prefix (e.g. 10.99.2.0/24)", x)
+				return s, bad("routes", "route %q is not a prefix (e.g. 10.99.2.0/24)", x)
 			}
 			s.Routes = append(s.Routes, p.Masked())
 		}
 	}
 	if behind {
 		if !s.Addr.IsValid() {
-			return s, linkErrf(errLinkConfig, nil, "link %s needs --addr: the goroce host's address behind the device (e.g. 10.99.1.2/24)", s.Link)
+			return s, bad("link", "link %s needs --addr: the goroce host's address behind the device (e.g. 10.99.1.2/24)", s.Link)
 		}
 		if s.KernelAddr.IsValid() {
 			if s.KernelAddr.Addr() == s.Addr {
-				return s, linkErrf(errLinkConfig, nil, "kernel-addr %s is the goroce host's own address: the kernel would keep the peer's packets", s.KernelAddr.Addr())
+				return s, bad("kernel-addr", "kernel-addr %s is the goroce host's own address: the kernel would keep the peer's packets", s.KernelAddr.Addr())
 			}
 			if s.KernelAddr.Addr().Is4() != s.Addr.Is4() {
-				return s, linkErrf(errLinkConfig, nil, "kernel-addr %s and addr %s are of different IP versions", s.KernelAddr, s.Addr)
+				return s, bad("kernel-addr", "kernel-addr %s and addr %s are of different IP versions", s.KernelAddr, s.Addr)
 			}
 		}
 	}

@@ -393,3 +393,60 @@ func TestOpenDeviceWithCapture(t *testing.T) {
 		t.Fatalf("capture file header: %v", err)
 	}
 }
+
+// A bad value in a --config file is an error naming the file and the line
+// of the key at fault, as a bad key or a line without '=' already was: the
+// value errors named only the key ("mtu \"abc\" is not a byte count"),
+// leaving the user to find which file (flag or config) and which line. A
+// value from a flag names no file, --config or not.
+func TestLinkConfigValueErrorsNameTheLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		text string // the file, as writeFile(t, "links.conf", text)
+		args []string
+		msg  string // "links.conf:" + msg prefixes the error; "" for no file line
+		flag string // with msg "": what the error says instead
+	}{
+		{name: "mtu not a number", text: "# link\nlink=udp\n\nmtu = abc\n", msg: `4: mtu "abc" is not a byte count`},
+		{name: "mtu too small", text: "mtu=100\n", msg: "1: mtu 100 is too small for RoCE"},
+		{name: "bad addr", text: "link=udp\naddr=10.0.0\n", msg: `2: addr "10.0.0" is not an IPv4 or IPv6 address`},
+		{name: "multicast addr", text: "addr=224.0.0.1\n", msg: "1: addr 224.0.0.1: need a unicast address"},
+		{name: "prefix on udp", text: "\naddr=10.0.0.1/24\n", msg: `2: addr "10.0.0.1/24": a prefix length belongs to --link tun or tap`},
+		{name: "unknown link", text: "dev=eth0\nlink=rdma\n", msg: `2: unknown link "rdma"`},
+		{name: "unknown encap", text: "encap=roce3\n", msg: `1: unknown encap "roce3"`},
+		{name: "roce1 on udp", text: "link=udp\nencap=roce1\n", msg: "2: encap roce1 needs an Ethernet link"},
+		{name: "rx-ring not a bool", text: "mtu=1500\nrx-ring=yes\n", msg: `2: rx-ring "yes" is not true or false`},
+		{name: "plain-ipv4 on tap", text: "link=tap\naddr=10.9.0.2/24\nplain-ipv4=true\n", msg: "3: plain-ipv4 applies to the udp link only"},
+		{name: "xdp not a mode", text: "link=afpacket\ndev=veth0\nxdp=yes\n", msg: `3: xdp "yes" is not generic or native`},
+		{name: "afpacket without dev", text: "link=afpacket\n", msg: "1: link afpacket needs --dev"},
+		{name: "bad kernel-addr", text: "link=tun\naddr=10.99.1.2/24\nkernel-addr=10.99.1.1\n", msg: `3: kernel-addr "10.99.1.1" is not an address with a prefix length`},
+		{name: "kernel-addr is addr", text: "link=tun\naddr=10.99.1.2/24\nkernel-addr=10.99.1.2/24\n", msg: "3: kernel-addr 10.99.1.2 is the goroce host's own address"},
+		{name: "bad route", text: "link=tun\naddr=10.99.1.2/24\nroutes=10.1.0.0/16, 10.2\n", msg: `3: route " 10.2" is not a prefix`},
+		{name: "routes on udp", text: "routes=10.1.0.0/16\n", msg: "1: routes apply to --link tun or tap only"},
+		{name: "tun without addr", text: "\n\nlink=tun\n", msg: "3: link tun needs --addr"},
+		// The value at fault came from a flag: no file line, though the
+		// file is read.
+		{name: "bad flag beside a good file", text: "link=udp\nmtu=1500\n", args: []string{"--addr", "10.0.0"}, flag: `addr "10.0.0" is not an IPv4 or IPv6 address`},
+		{name: "flag beats the file's bad value", text: "mtu=abc\n", args: []string{"--link-mtu", "100"}, flag: "mtu 100 is too small"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := writeFile(t, "links.conf", tc.text)
+			_, err := parseLinkArgs(t, append([]string{"--config", file}, tc.args...)...)
+			if !errors.Is(err, errLinkConfig) {
+				t.Fatalf("error %v, want a configuration error", err)
+			}
+			if tc.msg != "" {
+				if want := file + ":" + tc.msg; !strings.HasPrefix(err.Error(), want) {
+					t.Fatalf("error\n %q\nwant it to start with\n %q", err, want)
+				}
+			} else if !strings.HasPrefix(err.Error(), tc.flag) {
+				t.Fatalf("error %q, want it to start with %q (no file line)", err, tc.flag)
+			}
+			// What a command prints: one line, "goroce CMD: FILE:LINE: ...".
+			var stderr strings.Builder
+			if status := linkExit(&stderr, "goroce pingpong", err); status != exitUsage || strings.Count(stderr.String(), "\n") != 1 {
+				t.Fatalf("linkExit: status %d, %q", status, stderr.String())
+			}
+		})
+	}
+}
