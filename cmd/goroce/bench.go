@@ -70,7 +70,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs := flag.NewFlagSet("goroce bench", flag.ContinueOnError)
 	p := &o.p
 	fs.IntVar(&p.Size, "s", 0, "message `SIZE` in bytes (default 65536 for bw, 2 for lat, 8 for atomic)")
-	fs.IntVar(&p.Iters, "n", 0, "`ITERS` messages per QP (default 5000 for write/read/atomic bw, 1000 otherwise)")
+	fs.IntVar(&p.Iters, "n", 0, "`ITERS` messages per QP, 5 to 100000000 as perftest (default 5000 for write/read/atomic bw, 1000 otherwise)")
 	fs.BoolVar(&p.All, "a", false, "run every size from 2 to 2^23 bytes")
 	fs.IntVar(&p.MaxSize, "max_size", 0, "largest size of -a (goroce extension; default 2^23)")
 	fs.IntVar(&p.QPs, "q", 1, "number of QPs")
@@ -153,27 +153,65 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	return fs
 }
 
-// explicitZero names a count flag given as 0 (or a GID index given
-// negative). Params reads 0 as "perftest's default", so without this check
-// `-q 0` or `-n 0` would silently run the default; perftest refuses them
-// (CHECK_VALUE_IN_RANGE with a minimum of 1, CHECK_VALUE_POSITIVE for -D).
-func explicitZero(fs *flag.FlagSet) string {
-	what := map[string]string{
-		"s": "message size", "n": "iterations", "q": "number of QPs",
-		"t": "TX depth", "r": "RX depth", "Q": "CQ moderation",
-		"D": "duration",
-	}
+// perftestRanges are the bounds perftest's parser puts on goroce bench's
+// count and index flags (CHECK_VALUE_IN_RANGE with perftest_parameters.h's
+// MIN_ITER / MAX_ITER, MIN_TX / MAX_TX, ...) and the name its message
+// gives each value. Where perftest prints other words (it checks -S by
+// hand: " Only 15 Service levels"), perftest holds them, quoted after the
+// range. Long names are goroce bench's aliases of the short ones.
+var perftestRanges = map[string]perftestRange{
+	"n":   {"Iteration num", 5, 100000000, ""},
+	"t":   {"Tx depth", 1, 15000, ""},
+	"r":   {"Rx depth", 1, 16384, ""},
+	"Q":   {"CQ moderation", 1, 1024, ""},
+	"x":   {"Gid index", 0, 64, ""},
+	"T":   {"TOS", 0, 255, ""},
+	"tos": {"TOS", 0, 255, ""},
+	"S":   {"Service Level", 0, 15, "Only 15 Service levels"},
+	"sl":  {"Service Level", 0, 15, "Only 15 Service levels"},
+}
+
+type perftestRange struct {
+	name     string
+	min, max int
+	perftest string
+}
+
+// badValue names a flag given a value perftest's parser refuses, so that
+// goroce bench refuses it too instead of running with it: a value outside
+// perftestRanges, an explicit 0 of -s, -q or -D (CHECK_VALUE_IN_RANGE with
+// a minimum of 1, CHECK_VALUE_POSITIVE for -D; Params reads 0 as
+// "perftest's default", so `-q 0` would silently run the default), an IB
+// port below 1 ("IB Port can't be less than 1"), or a negative GID index
+// (-x's default, -1, means the device's first IPv4 GID; given, it is no
+// index). These are the command line's bounds, as they are perftest's:
+// bench.Params keeps its own, wider ones (Iters from 1, depths to 16384).
+func badValue(fs *flag.FlagSet) string {
+	what := map[string]string{"s": "message size", "q": "number of QPs", "D": "duration"}
 	var msg string
 	fs.Visit(func(f *flag.Flag) {
 		if msg != "" {
 			return
 		}
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
 		v := f.Value.String()
+		n, err := strconv.Atoi(v)
+		r, ranged := perftestRanges[f.Name]
 		switch {
-		case what[f.Name] != "" && v == "0":
-			msg = fmt.Sprintf("-%s 0: the %s must be at least 1", f.Name, what[f.Name])
 		case f.Name == "x" && strings.HasPrefix(v, "-"):
 			msg = fmt.Sprintf("-x %s: not a GID index", v)
+		case ranged && err == nil && (n < r.min || n > r.max):
+			msg = fmt.Sprintf("%s%s %s: %s should be between %d and %d", dash, f.Name, v, r.name, r.min, r.max)
+			if r.perftest != "" {
+				msg += fmt.Sprintf(" (perftest: %q)", r.perftest)
+			}
+		case what[f.Name] != "" && v == "0":
+			msg = fmt.Sprintf("-%s 0: the %s must be at least 1", f.Name, what[f.Name])
+		case (f.Name == "i" || f.Name == "ib-port") && err == nil && n < 1:
+			msg = fmt.Sprintf("%s%s %s: IB Port can't be less than 1", dash, f.Name, v)
 		}
 	})
 	return msg
@@ -257,7 +295,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "Version: %s\n", exchange.DefaultVersion)
 		return exitOK
 	}
-	if msg := explicitZero(fs); msg != "" {
+	if msg := badValue(fs); msg != "" {
 		return usageErr("%s", msg)
 	}
 	if o.notImpl != "" {
@@ -310,15 +348,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	o.p.Conn = conn
 	if o.tos < -1 || o.tos > 255 {
-		return usageErr("-T %d: want 0..255", o.tos)
+		// -T and --tos are checked with the flags' values; this is
+		// --tclass, which perftest checks against no range.
+		return usageErr("--tclass %d: want 0..255", o.tos)
 	}
 	if o.tos >= 0 {
 		o.p.TrafficClass = uint8(o.tos)
 	}
-	if o.sl < 0 || o.sl > 15 {
-		return usageErr("-S %d: want 0..15", o.sl)
-	}
-	o.p.SL = uint8(o.sl)
+	o.p.SL = uint8(o.sl) // 0..15: badValue
 	if o.events && o.busyPoll.set && o.busyPoll.v {
 		return usageErr("-e (sleep on CQ events) and --busy-poll are exclusive")
 	}

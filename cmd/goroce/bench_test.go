@@ -129,6 +129,72 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
+// The values perftest's parser refuses (CHECK_VALUE_IN_RANGE and its
+// bounds in perftest_parameters.h; -S and -i check by hand) goroce bench
+// refuses too, naming the flag and the range, rather than run with them.
+// --ceiling without --loopback is refused after the flags' values, so a
+// value that slipped through ends in another usage message, not a run.
+func TestBenchPerftestRanges(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-n", "4"}, "-n 4: Iteration num should be between 5 and 100000000"},
+		{[]string{"-n", "100000001"}, "-n 100000001: Iteration num should be between 5 and 100000000"},
+		{[]string{"-n", "0"}, "-n 0: Iteration num should be between 5 and 100000000"},
+		{[]string{"-n", "-5"}, "-n -5: Iteration num should be between 5 and 100000000"},
+		{[]string{"-t", "0"}, "-t 0: Tx depth should be between 1 and 15000"},
+		{[]string{"-t", "15001"}, "-t 15001: Tx depth should be between 1 and 15000"},
+		{[]string{"-r", "0"}, "-r 0: Rx depth should be between 1 and 16384"},
+		{[]string{"-r", "16385"}, "-r 16385: Rx depth should be between 1 and 16384"},
+		{[]string{"-Q", "0"}, "-Q 0: CQ moderation should be between 1 and 1024"},
+		{[]string{"-Q", "1025"}, "-Q 1025: CQ moderation should be between 1 and 1024"},
+		{[]string{"-x", "65"}, "-x 65: Gid index should be between 0 and 64"},
+		{[]string{"-x", "-1"}, "-x -1: not a GID index"},
+		{[]string{"-S", "-1"}, `-S -1: Service Level should be between 0 and 15 (perftest: "Only 15 Service levels")`},
+		{[]string{"-S", "16"}, `-S 16: Service Level should be between 0 and 15 (perftest: "Only 15 Service levels")`},
+		{[]string{"--sl", "16"}, `--sl 16: Service Level should be between 0 and 15 (perftest: "Only 15 Service levels")`},
+		{[]string{"-T", "-1"}, "-T -1: TOS should be between 0 and 255"},
+		{[]string{"-T", "256"}, "-T 256: TOS should be between 0 and 255"},
+		{[]string{"--tos", "256"}, "--tos 256: TOS should be between 0 and 255"},
+		{[]string{"-i", "0"}, "-i 0: IB Port can't be less than 1"},
+		{[]string{"--ib-port", "0"}, "--ib-port 0: IB Port can't be less than 1"},
+		{[]string{"-i", "4"}, "-i 4: goroce devices have one port, 1"},
+	} {
+		args := append([]string{"bench", "send_bw", "--ceiling"}, c.args...)
+		st, out, errOut := runCLI(args...)
+		if st != exitUsage || !strings.HasPrefix(errOut, "goroce bench: "+c.msg+"\n") {
+			t.Errorf("%q: status %d, want %d (usage) and %q\nstdout: %s\nstderr: %s", args, st, exitUsage, c.msg, out, errOut)
+		}
+	}
+}
+
+// The bounds themselves pass the check of the flags' values (a run with
+// them is left to the tests that run: -n 5 ... -x 64 need no network).
+func TestBenchPerftestRangeBounds(t *testing.T) {
+	for _, args := range [][]string{
+		{"-n", "5"}, {"-n", "100000000"},
+		{"-t", "1"}, {"-t", "15000"},
+		{"-r", "1"}, {"-r", "16384"},
+		{"-Q", "1"}, {"-Q", "1024"},
+		{"-x", "0"}, {"-x", "64"},
+		{"-S", "0"}, {"-S", "15"}, {"--sl", "15"},
+		{"-T", "0"}, {"-T", "255"}, {"--tos", "255"}, {"--tclass", "255"},
+		{"-i", "1"}, {"--ib-port", "1"},
+		{"-s", "1"}, {"-q", "1"}, {"-D", "1"},
+	} {
+		var o benchOpts
+		fs := benchFlags(&o)
+		fs.SetOutput(io.Discard)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if msg := badValue(fs); msg != "" {
+			t.Errorf("%q refused: %s", args, msg)
+		}
+	}
+}
+
 // runLoopbackCLI runs goroce with args in a fresh network namespace
 // (inNetNS: root only) and fails the test unless it exits 0.
 func runLoopbackCLI(t *testing.T, args ...string) (out, errOut string) {
