@@ -102,7 +102,7 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.IntVar(&p.OutReads, "outs", 0, "same as -o")
 	fs.BoolVar(&p.NoPeak, "N", false, "print no peak bandwidth (perftest's --noPeak; always with -D, as perftest)")
 	fs.BoolVar(&p.NoPeak, "noPeak", false, "same as -N")
-	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of polling (same as --busy-poll=false)")
+	fs.BoolVar(&o.events, "e", false, "sleep on CQ events instead of polling (same as --busy-poll=false); as in perftest, not in the write modes nor with -D or --run_infinitely")
 	fs.BoolVar(&o.events, "events", false, "same as -e")
 	fs.IntVar(&o.ibPort, "i", 1, "`PORT` of the device (goroce devices have one, port 1)")
 	fs.IntVar(&o.ibPort, "ib-port", 1, "same as -i")
@@ -219,7 +219,8 @@ func badValue(fs *flag.FlagSet) string {
 
 // modeFlag names a flag given in a mode whose perftest tool refuses it in
 // its parser: without this check goroce bench would run the test as if the
-// flag had not been given (-A in write_bw, -o in send_bw, -I in read_bw).
+// flag had not been given (-A in write_bw, -o in send_bw, -I in read_bw;
+// -e in write_bw would block in CQ.Wait where ib_write_bw refuses it).
 func modeFlag(fs *flag.FlagSet, m bench.Mode) string {
 	readOrAtomic := m == bench.ModeReadBW || m == bench.ModeReadLat || m == bench.ModeAtomicBW
 	var msg string
@@ -239,6 +240,13 @@ func modeFlag(fs *flag.FlagSet, m bench.Mode) string {
 		case "I", "inline_size":
 			if readOrAtomic {
 				msg = fmt.Sprintf("-%s %s: Inline feature not available on READ/Atomic verbs", f.Name, f.Value)
+			}
+		case "e", "events":
+			if m == bench.ModeWriteBW || m == bench.ModeWriteLat {
+				msg = "-e: Events feature not available on WRITE verb"
+				if f.Name == "events" {
+					msg = "--events: Events feature not available on WRITE verb"
+				}
 			}
 		case "N", "noPeak":
 			if !m.IsBW() {
@@ -358,6 +366,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	o.p.SL = uint8(o.sl) // 0..15: badValue
 	if o.events && o.busyPoll.set && o.busyPoll.v {
 		return usageErr("-e (sleep on CQ events) and --busy-poll are exclusive")
+	}
+	// force_dependecies, in its words: neither timed mode waits on events.
+	switch {
+	case o.events && o.durSec > 0:
+		return usageErr("-e with -D: Duration mode doesn't work with events.")
+	case o.events && o.p.Infinite:
+		return usageErr("-e with --run_infinitely: run_infinitely does not support events feature yet.")
 	}
 	if o.events {
 		o.busyPoll = optBool{set: true, v: false}

@@ -169,6 +169,42 @@ func TestBenchPerftestRanges(t *testing.T) {
 	}
 }
 
+// -e (sleep on CQ events) where perftest refuses it: in its parser on the
+// WRITE verb, in force_dependecies with -D and --run_infinitely. goroce
+// bench would otherwise run the test blocking in CQ.Wait. --ceiling
+// without --loopback is refused later, as above.
+func TestBenchEventsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"write_bw", "-e"}, "-e: Events feature not available on WRITE verb"},
+		{[]string{"write_lat", "--events"}, "--events: Events feature not available on WRITE verb"},
+		{[]string{"send_bw", "-e", "-D", "2"}, "-e with -D: Duration mode doesn't work with events."},
+		{[]string{"send_lat", "--events", "-D", "2"}, "-e with -D: Duration mode doesn't work with events."},
+		{[]string{"send_bw", "-e", "--run_infinitely"}, "-e with --run_infinitely: run_infinitely does not support events feature yet."},
+		{[]string{"read_bw", "-e", "--run_infinitely", "-D", "2"}, "-e with -D: Duration mode doesn't work with events."},
+	} {
+		args := append(append([]string{"bench"}, c.args...), "--ceiling")
+		st, out, errOut := runCLI(args...)
+		if st != exitUsage || !strings.HasPrefix(errOut, "goroce bench: "+c.msg+"\n") {
+			t.Errorf("%q: status %d, want %d (usage) and %q\nstdout: %s\nstderr: %s", args, st, exitUsage, c.msg, out, errOut)
+		}
+	}
+	// In the other modes perftest takes -e, and so does modeFlag.
+	for _, m := range []bench.Mode{bench.ModeSendBW, bench.ModeSendLat, bench.ModeReadBW, bench.ModeReadLat, bench.ModeAtomicBW} {
+		var o benchOpts
+		fs := benchFlags(&o)
+		fs.SetOutput(io.Discard)
+		if err := fs.Parse([]string{"-e", "-n", "5"}); err != nil {
+			t.Fatal(err)
+		}
+		if msg := modeFlag(fs, m); msg != "" {
+			t.Errorf("%v -e refused: %s", m, msg)
+		}
+	}
+}
+
 // The bounds themselves pass the check of the flags' values (a run with
 // them is left to the tests that run: -n 5 ... -x 64 need no network).
 func TestBenchPerftestRangeBounds(t *testing.T) {
