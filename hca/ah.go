@@ -68,7 +68,10 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	return ah, nil
 }
 
-// Destroy destroys the AH.
+// Destroy destroys the AH. After Device.Close, which destroys every AH of
+// the device, it returns ErrDestroyed, as a second Destroy does. Handle
+// and Attr keep answering what the AH was created with; the handle names
+// no AH any more.
 func (ah *AH) Destroy() error {
 	if !ah.pd.dev.ahs.remove(ah) {
 		return ErrDestroyed

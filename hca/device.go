@@ -448,6 +448,11 @@ func (d *Device) Close() error {
 	defer close(d.closeDone)
 	err := d.rt.stop()
 	d.qps.each(func(q *QP) { q.markDestroyed() })
+	// MRs and AHs too: their keys and handles name nothing any more, and
+	// their Dereg and Destroy report ErrDestroyed as the other objects'
+	// do, instead of succeeding on a closed device.
+	d.mrs.clear()
+	d.ahs.clear()
 	// Closed, so that a goroutine ranging over Events ends with the
 	// device instead of waiting for good.
 	d.evMu.Lock()

@@ -117,6 +117,20 @@ func (t *slotTable[T]) remove(v *T, idx uint32) bool {
 	return true
 }
 
+// clear removes every object (Device.Close): later removes of them fail
+// and lookups find nothing.
+func (t *slotTable[T]) clear() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for idx := uint32(1); idx <= t.top; idx++ {
+		if t.ids.get(idx) != nil {
+			t.ids.set(idx, nil)
+			t.free = append(t.free, idx)
+			t.n--
+		}
+	}
+}
+
 // get returns the object at idx, or nil.
 func (t *slotTable[T]) get(idx uint32) *T {
 	if idx == 0 {

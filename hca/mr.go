@@ -86,6 +86,11 @@ func (pd *PD) unref() {
 // MR is a registered memory region. Its address space is the real virtual
 // address of the registered buffer, as with verbs, so a peer's RETH VA is
 // the address the owner sees.
+//
+// LKey, RKey, Addr, Len, Bytes and SGE read what the MR was registered
+// with and keep answering after Dereg or Device.Close: the keys then name
+// nothing (a WR or a peer using them gets an access error, and the 8-bit
+// generation in each key keeps a new MR from answering to them).
 type MR struct {
 	pd     *PD
 	buf    []byte
@@ -148,11 +153,13 @@ func (mr *MR) SGE(off, n int) transport.SGE {
 // Dereg deregisters the MR (ibv_dereg_mr). Later accesses with its keys
 // fail, and once Dereg returns no engine touches the buffer any more: a
 // WRITE or READ a peer had started on it is refused from its next packet
-// (NAK, remote access error), so the buffer is the caller's alone.
+// (NAK, remote access error), so the buffer is the caller's alone. After
+// Device.Close, which deregisters every MR of the device, it returns
+// ErrDestroyed, as a second Dereg does.
 func (mr *MR) Dereg() error {
 	d := mr.pd.dev
 	if !d.mrs.remove(mr) {
-		return fmt.Errorf("%w: MR already deregistered", ErrDestroyed)
+		return fmt.Errorf("%w: MR already deregistered (by Dereg or Device.Close)", ErrDestroyed)
 	}
 	// The engines resolve a key for every packet, each under its QP's
 	// lock, and only QPs of the MR's PD can resolve its keys: once each of
@@ -168,6 +175,10 @@ func (mr *MR) Dereg() error {
 	mr.pd.unref()
 	return nil
 }
+
+// registered reports whether mr is in its device's table: neither
+// deregistered nor of a closed device.
+func (mr *MR) registered() bool { return mr.pd.dev.mrs.get(mr.index) == mr }
 
 // mrTable maps key indices to MRs. Keys are index<<8 | 8-bit key, as rxe's.
 // It implements transport.Memory. Lookups take no lock (slotTable): the
