@@ -264,26 +264,43 @@ func (q *QP) QPN() bth.QPN { return q.qpn }
 func (q *QP) Type() QPType { return q.typ }
 
 // State returns the current state (it may change under the caller's feet
-// when the transport moves the QP to ERR).
+// when the transport moves the QP to ERR). A destroyed QP, by Destroy or
+// by Device.Close, is in RESET: it holds no work and takes none (its
+// other calls return ErrDestroyed), whatever state it was in before.
 func (q *QP) State() QPState {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.state()
+}
+
+// state is State with q.mu held.
+func (q *QP) state() QPState {
+	if q.destroyed.Load() {
+		// Destroy also moves the engine to RESET; Device.Close, which
+		// only marks its QPs, leaves the engine as it was.
+		return StateReset
+	}
 	return q.eng.State()
 }
 
-// Stats returns a copy of the engine counters.
+// Stats returns a copy of the engine counters. A destroyed QP (Destroy,
+// Device.Close) reports them as they were when it was destroyed: they
+// count what it did, and it does nothing more.
 func (q *QP) Stats() transport.Stats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return *q.eng.Stats()
 }
 
-// Query returns the last attributes applied and the current state.
+// Query returns the last attributes applied and the current state (State:
+// RESET for a destroyed QP, as after a move to RESET, which keeps the
+// attributes too). It has no error to return, so unlike the calls that do
+// it does not report ErrDestroyed: the RESET state says it.
 func (q *QP) Query() (QPAttr, QPInitAttr) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	a := q.attr
-	a.State = q.eng.State()
+	a.State = q.state()
 	return a, q.init
 }
 
