@@ -110,7 +110,10 @@ func (cq *CQ) overrun(wc *WC, first bool) {
 
 // Poll moves up to len(wcs) completions into wcs and returns how many
 // (ibv_poll_cq). After an overrun it returns the completions it holds and
-// ErrCQOverflow.
+// ErrCQOverflow. A destroyed CQ (Destroy, Device.Close) still hands over
+// the completions it held, and returns ErrDestroyed once it holds none:
+// a Poll with an empty wcs on a destroyed CQ that still holds some returns
+// 0 and no error, as on a live one.
 func (cq *CQ) Poll(wcs []WC) (int, error) {
 	if cq.busyPoll && len(wcs) > 0 {
 		cq.mu.Lock()
@@ -141,7 +144,7 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 	if cq.overflow {
 		return k, ErrCQOverflow
 	}
-	if cq.dead && k == 0 {
+	if cq.dead && cq.n == 0 && k == 0 {
 		return 0, ErrDestroyed
 	}
 	return k, nil
@@ -228,7 +231,10 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 }
 
 // Events delivers one value per completion event (the completion channel of
-// ibv_get_cq_event). Re-arm with ReqNotify after each event.
+// ibv_get_cq_event). Re-arm with ReqNotify after each event. A destroyed
+// CQ delivers no more events (ReqNotify returns ErrDestroyed) and the
+// channel stays open: wait with Wait, which returns ErrDestroyed, or with
+// a context.
 func (cq *CQ) Events() <-chan struct{} { return cq.events }
 
 // Destroy destroys the CQ; it fails while QPs use it.
