@@ -479,7 +479,7 @@ func (d *Device) Close() error {
 	// take their own lock before it.
 	for _, s := range srqs {
 		s.mu.Lock()
-		s.dead = true
+		s.kill()
 		s.mu.Unlock()
 	}
 	for _, pd := range pds {

@@ -143,16 +143,18 @@ func (pd *PD) CreateSRQ(attr SRQAttr) (*SRQ, error) {
 	return s, nil
 }
 
-// PostRecv posts a receive WR to the SRQ (ibv_post_srq_recv).
+// PostRecv posts a receive WR to the SRQ (ibv_post_srq_recv). On a
+// destroyed SRQ it returns ErrDestroyed, whatever wr is (as QP.PostRecv
+// does).
 func (s *SRQ) PostRecv(wr *RecvWR) error {
-	if wr == nil {
-		return fmt.Errorf("%w: nil receive WR", ErrInvalidArg)
-	}
 	s.mu.Lock()
 	dead := s.dead
 	s.mu.Unlock()
 	if dead {
 		return ErrDestroyed
+	}
+	if wr == nil {
+		return fmt.Errorf("%w: nil receive WR", ErrInvalidArg)
 	}
 	return s.ring.push(wr)
 }
@@ -174,17 +176,20 @@ func (s *SRQ) Modify(limit int) error {
 	return nil
 }
 
-// Query returns the SRQ attributes (limit 0 when disarmed).
+// Query returns the SRQ attributes (limit 0 when disarmed; a destroyed
+// SRQ's limit is disarmed).
 func (s *SRQ) Query() SRQAttr {
 	s.ring.mu.Lock()
 	defer s.ring.mu.Unlock()
 	return SRQAttr{MaxWR: len(s.ring.wrs), MaxSGE: s.ring.maxSGE, Limit: s.ring.limit}
 }
 
-// Len returns the number of posted WQEs not yet consumed.
+// Len returns the number of posted WQEs not yet consumed: 0 once the SRQ
+// is destroyed, which drops them.
 func (s *SRQ) Len() int { return s.ring.len() }
 
-// Destroy destroys the SRQ; it fails while QPs use it.
+// Destroy destroys the SRQ; it fails while QPs use it. The WQEs still
+// posted are dropped, as verbs specifies, and the limit is disarmed.
 func (s *SRQ) Destroy() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -194,10 +199,21 @@ func (s *SRQ) Destroy() error {
 	if s.refs > 0 {
 		return fmt.Errorf("%w: SRQ used by %d QPs", ErrInUse, s.refs)
 	}
-	s.dead = true
+	s.kill()
 	s.pd.unref()
 	s.pd.dev.mu.Lock()
 	delete(s.pd.dev.srqs, s)
 	s.pd.dev.mu.Unlock()
 	return nil
+}
+
+// kill marks the SRQ destroyed, drops its WQEs and disarms its limit;
+// s.mu must be held. Nothing pops from the ring any more: Destroy runs with
+// no QP attached, and Device.Close after the runtime has stopped.
+func (s *SRQ) kill() {
+	s.dead = true
+	s.ring.clear()
+	s.ring.mu.Lock()
+	s.ring.limit = 0
+	s.ring.mu.Unlock()
 }
