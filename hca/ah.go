@@ -47,14 +47,11 @@ func (ah *AH) Attr() AHAttr { return ah.attr }
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	d := pd.dev
-	if err := d.open(); err != nil {
-		return nil, err
-	}
 	a, err := d.pathAddr(&attr)
 	if err != nil {
 		return nil, err
 	}
-	if err := pd.ref(); err != nil {
+	if err := pd.ref(); err != nil { // ErrClosed, ErrDestroyed
 		return nil, err
 	}
 	ah := &AH{pd: pd, attr: attr, addr: a}

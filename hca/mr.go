@@ -22,7 +22,11 @@ const (
 
 const accessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 
-// PD is a protection domain.
+// PD is a protection domain. Its calls that create an object (CreateQP,
+// CreateSRQ, CreateAH, RegMR) return ErrClosed once the device is closed
+// and ErrDestroyed once the PD is deallocated, after the checks of their
+// arguments; Dealloc returns ErrDestroyed after either (Device.Close
+// deallocates every PD).
 type PD struct {
 	dev  *Device
 	id   uint32
@@ -68,6 +72,11 @@ func (pd *PD) Dealloc() error {
 }
 
 func (pd *PD) ref() error {
+	// The device first: Close also kills the PD, and what failed is that
+	// the device is closed (as AllocPD and CreateCQ report).
+	if err := pd.dev.open(); err != nil {
+		return err
+	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.dead {
