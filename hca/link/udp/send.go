@@ -534,7 +534,14 @@ func (t *txState) sendRun(a, b int) (int, error) {
 // send is the RawConn.Write callback.
 func (t *txState) send(fd uintptr) bool {
 	for t.next < t.nmsg {
-		n, errno := mmsgNow(unix.SYS_SENDMMSG, fd, t.msgs[t.next:t.nmsg])
+		var n int
+		var errno unix.Errno
+		if f := t.e.sendFault; f != nil {
+			errno = f(fd, t.msgs[t.next:t.nmsg])
+		}
+		if errno == 0 {
+			n, errno = mmsgNow(unix.SYS_SENDMMSG, fd, t.msgs[t.next:t.nmsg])
+		}
 		t.e.st.txCalls.Add(1)
 		switch errno {
 		case 0:

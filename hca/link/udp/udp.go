@@ -158,6 +158,12 @@ type Endpoint struct {
 	st counters
 	tx txState // owned by the single writer
 
+	// sendFault, for tests, is called before each sendmmsg with the
+	// socket and the messages left: an errno it returns stands for the
+	// call's (nothing is sent), 0 lets the call go. Set before the first
+	// Write.
+	sendFault func(fd uintptr, msgs []unix.Mmsghdr) unix.Errno
+
 	qmu     sync.Mutex
 	queues  []*os.File // duplicates of udp behind NewTxQueue writers, SplitRx's raw sockets, connected sockets
 	connFDs []int      // the connected sockets' descriptors (bindBeside)
