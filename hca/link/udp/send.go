@@ -67,6 +67,7 @@ type txState struct {
 	gso     []bool   // message i is a GSO super-datagram
 	msock   []int    // message i's socket: an index in conns, or -1 (unconnected)
 	mbase   []uint16 // message i's first IP ID on a connected socket
+	mpatch  []int    // frames of message i sent with a corrected ICRC
 	ids     vnet.IDCache
 	conns   []*conn // connected sockets by destination (IPv4; conn.go)
 
@@ -100,6 +101,7 @@ func (t *txState) init(e *Endpoint, rc syscall.RawConn) {
 	t.gso = make([]bool, n)
 	t.msock = make([]int, n)
 	t.mbase = make([]uint16, n)
+	t.mpatch = make([]int, n)
 	t.sender.Init(e.w, t.send)
 }
 
@@ -369,7 +371,7 @@ func (t *txState) write(bufs [][]byte, offset, base int) (int, error) {
 				c.build = c.advance(base, j-i)
 			}
 		}
-		first := iov
+		first, patched := iov, 0
 		for k := i; k < j; k++ {
 			g := bufs[k][offset:]
 			id := base + uint16(k-i)
@@ -394,6 +396,7 @@ func (t *txState) write(bufs [][]byte, offset, base int) (int, error) {
 			setIov(&t.iovs[iov], g[t.hdr:len(g)-4])
 			setIov(&t.iovs[iov+1], c)
 			iov += 2
+			patched++
 		}
 		m.Hdr.Iov = &t.iovs[first]
 		m.Hdr.SetIovlen(iov - first)
@@ -402,6 +405,7 @@ func (t *txState) write(bufs [][]byte, offset, base int) (int, error) {
 		} // else the socket's own destination
 		t.msock[nmsg], t.mbase[nmsg] = ci, base
 		t.frames[nmsg] = j - i
+		t.mpatch[nmsg] = patched
 		t.gso[nmsg] = j-i > 1
 		c := t.oob[nmsg*oobPerMsg : (nmsg+1)*oobPerMsg]
 		n := 0
@@ -433,9 +437,6 @@ func (t *txState) write(bufs [][]byte, offset, base int) (int, error) {
 		}
 		nmsg++
 		i = j
-	}
-	if sc > 0 {
-		e.st.txICRCPatched.Add(uint64(sc / 4))
 	}
 	// 4. Send.
 	sent, err := t.sendAll(nmsg)
@@ -490,9 +491,12 @@ func (t *txState) sendRun(a, b int) (int, error) {
 	}
 	t.next, t.nmsg, t.errno = a, b, 0
 	err := t.sender.Send(rc)
-	frames := 0
+	// Count what the kernel took, message by message: a message refused
+	// (or not reached) is not sent, and a resend counts its own.
+	frames, patched := 0, 0
 	for i := a; i < t.next; i++ {
 		frames += t.frames[i]
+		patched += t.mpatch[i]
 		if t.gso[i] {
 			e.st.txGSOBatches.Add(1)
 			e.st.txGSOSegments.Add(uint64(t.frames[i]))
@@ -504,6 +508,9 @@ func (t *txState) sendRun(a, b int) (int, error) {
 		e.st.txConnected.Add(uint64(frames))
 	}
 	e.st.txFrames.Add(uint64(frames))
+	if patched > 0 {
+		e.st.txICRCPatched.Add(uint64(patched))
+	}
 	if err != nil {
 		return frames, e.closedErr(err)
 	}

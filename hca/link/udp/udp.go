@@ -96,7 +96,7 @@ type Stats struct {
 	TxCalls       uint64 // sendmmsg system calls that sent them
 	TxGSOBatches  uint64 // UDP GSO super-datagrams sent
 	TxGSOSegments uint64 // frames sent inside them
-	TxICRCPatched uint64 // frames whose ICRC was adjusted for the kernel's IP ID (GSO segments, connected sockets)
+	TxICRCPatched uint64 // of TxFrames, those sent with an ICRC adjusted for the kernel's IP ID (GSO segments, connected sockets)
 	TxConnected   uint64 // frames sent through connected sockets (IPv4, conn.go)
 	ConnsOpened   uint64 // connected sockets opened
 	ConnsFailed   uint64 // connected sockets that could not be opened (ConnErr says why)
