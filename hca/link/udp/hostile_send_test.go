@@ -93,8 +93,11 @@ func TestWritePortZero(t *testing.T) {
 
 // TestGSORefusedFallback: when the kernel refuses a GSO super-datagram
 // (here EINVAL, for a socket that sends without UDP checksums), Write
-// turns GSO off and resends: every frame arrives once, in order, and
-// later Writes go without GSO.
+// turns GSO off for its destination and resends: every frame arrives
+// once, in order, and later Writes there go without GSO and without
+// another refused attempt (one destination counted); the link keeps GSO
+// for other destinations (TestGSORefusedPerDestination, and
+// TestGSORefusedEverywhere for a refusal that is the socket's).
 func TestGSORefusedFallback(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -140,8 +143,8 @@ func TestGSORefusedFallback(t *testing.T) {
 				}
 			})
 			st := a.Stats()
-			if a.GSO() || st.GSODisabled != 1 || st.TxGSOBatches != 0 || st.TxFrames != 31 || st.TxErrors != 0 {
-				t.Fatalf("GSO %v, stats %+v: want GSO turned off, 31 frames sent unsegmented", a.GSO(), st)
+			if !a.GSO() || st.GSODisabled != 0 || st.GSORefused != 1 || st.TxGSOBatches != 0 || st.TxFrames != 31 || st.TxErrors != 0 {
+				t.Fatalf("GSO %v, stats %+v: want GSO turned off for the one destination only, 31 frames sent unsegmented", a.GSO(), st)
 			}
 		})
 	}

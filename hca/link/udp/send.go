@@ -69,7 +69,8 @@ type txState struct {
 	mbase   []uint16 // message i's first IP ID on a connected socket
 	mpatch  []int    // frames of message i sent with a corrected ICRC
 	ids     vnet.IDCache
-	conns   []*conn // connected sockets by destination (IPv4; conn.go)
+	conns   []*conn   // connected sockets by destination (IPv4; conn.go)
+	gsoOff  []destKey // destinations the kernel refused GSO to (refuseGSO); capacity maxGSOOff
 
 	// State of one sendmmsg round (sender).
 	sender sockpoll.Sender
@@ -102,6 +103,7 @@ func (t *txState) init(e *Endpoint, rc syscall.RawConn) {
 	t.msock = make([]int, n)
 	t.mbase = make([]uint16, n)
 	t.mpatch = make([]int, n)
+	t.gsoOff = make([]destKey, 0, maxGSOOff)
 	t.sender.Init(e.w, t.send)
 }
 
@@ -201,7 +203,7 @@ func (t *txState) checkFrame(f []byte) error {
 		int(binary.BigEndian.Uint16(f[24:])) != len(f)-ipv4Hdr ||
 		// Destination port 0: the kernel refuses it (EINVAL), which
 		// for a GSO run would read as UDP_SEGMENT refused and turn
-		// GSO off for every destination.
+		// GSO off for the destination (refuseGSO).
 		binary.BigEndian.Uint16(f[22:]) == 0 {
 		return ErrBadFrame
 	}
@@ -348,7 +350,7 @@ func (t *txState) write(bufs [][]byte, offset, base int) (int, error) {
 		f := bufs[i][offset:]
 		seg := len(f) - t.hdr
 		j := i + 1
-		if gso {
+		if gso && (len(t.gsoOff) == 0 || !t.gsoRefused(f)) {
 			var sum int
 			var fixed bool
 			j, sum, fixed = t.run(bufs, offset, i, valid, maxPayload)
@@ -441,8 +443,13 @@ func (t *txState) write(bufs [][]byte, offset, base int) (int, error) {
 	// 4. Send.
 	sent, err := t.sendAll(nmsg)
 	clear(t.iovs[:iov]) // retain no caller memory
+	if err == errGSORefused {
+		// The refused super-datagram's first frame is the first not sent.
+		t.refuseGSO(bufs[sent][offset:])
+		err = errResend
+	}
 	if err == errResend {
-		n, err := t.write(bufs[sent:valid], offset, base+sent) // GSO is off now, or the connected socket abandoned
+		n, err := t.write(bufs[sent:valid], offset, base+sent) // GSO is off for the destination now, or the connected socket set aside
 		sent += n
 		if err != nil {
 			return sent, err
@@ -455,9 +462,74 @@ func (t *txState) write(bufs [][]byte, offset, base int) (int, error) {
 	return valid, bad
 }
 
-// errResend: GSO was refused, or a connected socket failed; write resends
-// the frames not sent (without GSO, or unconnected).
-var errResend = errors.New("udp: resend")
+// errResend: a connected socket failed; write resends the frames not sent
+// (unconnected). errGSORefused: the kernel refused the super-datagram at
+// the first frame not sent; write turns GSO off for its destination
+// (refuseGSO) and resends.
+var (
+	errResend     = errors.New("udp: resend")
+	errGSORefused = errors.New("udp: UDP_SEGMENT refused")
+)
+
+// maxGSOOff bounds the destinations one transmit state turns GSO off for;
+// a refusal beyond them turns it off for the link.
+const maxGSOOff = 16
+
+// destKey is a destination address (IPv4 in the first 4 bytes) and UDP
+// port.
+type destKey struct {
+	addr [16]byte
+	port uint16
+}
+
+// dest returns frame f's destination.
+func (t *txState) dest(f []byte) (k destKey) {
+	if t.e.is6 {
+		k.addr = [16]byte(f[24:40])
+		k.port = binary.BigEndian.Uint16(f[42:])
+	} else {
+		copy(k.addr[:4], f[16:20])
+		k.port = binary.BigEndian.Uint16(f[22:])
+	}
+	return k
+}
+
+// gsoRefused reports whether the kernel refused GSO to frame f's
+// destination.
+func (t *txState) gsoRefused(f []byte) bool {
+	k := t.dest(f)
+	for _, d := range t.gsoOff {
+		if d == k {
+			return true
+		}
+	}
+	return false
+}
+
+// refuseGSO turns GSO off for frame f's destination, after the kernel
+// refused a super-datagram to it.
+//
+// Why per destination: udp_send_skb refuses UDP_SEGMENT for a property of
+// the route, EIO where the route goes through xfrm (or, before Linux 6.11,
+// out of a device without checksum offload), EINVAL where a segment does
+// not fit the route's MTU (older kernels; newer say EMSGSIZE, which is not
+// taken for a refusal). Other destinations' routes may take GSO, and lose
+// most of their throughput without it. Why for good: the route's property
+// lasts, and re-probing a route that still refuses costs a refused send
+// and a resend each time; the frames are never lost either way. A refusal
+// that is the socket's own (SO_NO_CHECK) refuses every destination: each
+// costs one refused call and a resend, and after maxGSOOff of them (which
+// also bounds the table and its scan) GSO goes off for the link.
+func (t *txState) refuseGSO(f []byte) {
+	e := t.e
+	if len(t.gsoOff) < cap(t.gsoOff) {
+		t.gsoOff = append(t.gsoOff, t.dest(f)) // within capacity: no allocation
+		e.st.gsoRefused.Add(1)
+		return
+	}
+	e.gso.Store(false)
+	e.st.gsoDisabled.Store(1)
+}
 
 // sendAll sends t.msgs[:nmsg], each run of messages for one socket in one
 // sendmmsg (or more, if the socket buffer fills), and returns the number of
@@ -525,12 +597,17 @@ func (t *txState) sendRun(a, b int) (int, error) {
 			e.st.connFallbacks.Add(1)
 			return frames, errResend
 		}
-		if t.gso[failed] && (t.errno == unix.EIO || t.errno == unix.EINVAL || t.errno == unix.ENOPROTOOPT) {
-			// No usable UDP segmentation on this path: fall back to
+		if t.gso[failed] && t.errno == unix.ENOPROTOOPT {
+			// No UDP segmentation in this kernel: fall back to
 			// sendmmsg for good and resend this message's frames alone.
 			e.gso.Store(false)
 			e.st.gsoDisabled.Store(1)
 			return frames, errResend
+		}
+		if t.gso[failed] && (t.errno == unix.EIO || t.errno == unix.EINVAL) {
+			// No usable UDP segmentation on this message's route: write
+			// turns it off there and resends the frames alone.
+			return frames, errGSORefused
 		}
 		e.st.txErrors.Add(uint64(t.frames[failed]))
 		return frames, fmt.Errorf("udp: sendmmsg: %w", t.errno)

@@ -4,6 +4,8 @@ package udp
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"testing"
 	"unsafe"
 
@@ -93,4 +95,126 @@ func TestICRCPatchedCountsSent(t *testing.T) {
 			t.Fatalf("%d super-datagrams refused, stats %+v: want 1, 8 frames sent as datagrams, none patched", refused, st)
 		}
 	})
+}
+
+// inOrder returns a readFrames check that frame i has PSN psn0+i.
+func inOrder(t *testing.T, psn0 int) func(int, *wire.Packet) {
+	return func(got int, p *wire.Packet) {
+		if int(p.BTH().PSN()) != psn0+got {
+			t.Fatalf("frame %d has PSN %d, want %d", got, p.BTH().PSN(), psn0+got)
+		}
+	}
+}
+
+// TestGSORefusedPerDestination: the kernel refuses UDP_SEGMENT per route
+// (EIO for a device without checksum offload or through xfrm), so a
+// super-datagram refused to one destination turns GSO off for that
+// destination only: its frames go again as datagrams, once and in order,
+// later runs to it go as datagrams without another refused attempt, and
+// runs to another destination still go as super-datagrams.
+func TestGSORefusedPerDestination(t *testing.T) {
+	ns := newNetNS(t)
+	var a, b, c *Endpoint
+	ns.do(t, func() {
+		a, b = openPair0(t, "127.0.0.1", "127.0.0.2", func(c *Config) { c.NoConnect = true })
+		var err error
+		if c, err = Open(Config{Addr: netip.MustParseAddr("127.0.0.3")}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer a.Close()
+	defer b.Close()
+	defer c.Close()
+	if !a.GSO() {
+		t.Skip("kernel has no UDP_SEGMENT")
+	}
+	refused := 0
+	a.sendFault = func(_ uintptr, msgs []unix.Mmsghdr) unix.Errno {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(msgs[0].Hdr.Name))
+		if isGSO(&msgs[0]) && sa.Addr == [4]byte{127, 0, 0, 2} {
+			refused++
+			return unix.EIO
+		}
+		return 0
+	}
+	for round := range 2 {
+		// A run to b (refused), then a run to c, in one Write.
+		fs := append(mustFrames(t, a, b, 8*round, 8, 1000), mustFrames(t, a, c, 8*round, 8, 1000)...)
+		if w, err := a.Write(fs, 0); w != 16 || err != nil {
+			t.Fatalf("round %d: Write = %d, %v; want 16", round, w, err)
+		}
+		readFrames(t, b, 8, inOrder(t, 8*round))
+		readFrames(t, c, 8, inOrder(t, 8*round))
+		st := a.Stats()
+		if refused != 1 || !a.GSO() || st.GSODisabled != 0 || st.GSORefused != 1 ||
+			st.TxGSOBatches != uint64(round+1) || st.TxGSOSegments != uint64(8*(round+1)) ||
+			st.TxFrames != uint64(16*(round+1)) || st.TxErrors != 0 {
+			t.Fatalf("round %d: %d super-datagrams to b refused, GSO %v, stats %+v: want 1 refused, GSO off for b only, "+
+				"%d super-datagrams to c", round, refused, a.GSO(), st, round+1)
+		}
+	}
+}
+
+// TestGSORefusedEverywhere: a socket that refuses GSO to every destination
+// (no UDP checksums: EINVAL) costs one refused super-datagram per
+// destination, up to maxGSOOff of them; the next refusal turns GSO off
+// for the link. Every frame still goes out once (a raw socket counts
+// them, the destinations having no listener).
+func TestGSORefusedEverywhere(t *testing.T) {
+	ns := newNetNS(t)
+	var a *Endpoint
+	var raw int
+	ns.do(t, func() {
+		var err error
+		if a, err = Open(Config{Addr: netip.MustParseAddr("127.0.0.1"), NoConnect: true}); err != nil {
+			t.Fatal(err)
+		}
+		if raw, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer a.Close()
+	defer unix.Close(raw)
+	if !a.GSO() {
+		t.Skip("kernel has no UDP_SEGMENT")
+	}
+	var err error
+	if cerr := a.udpRC.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_NO_CHECK, 1) }); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.SetsockoptTimeval(raw, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	const run = 8
+	buf := make([]byte, 2048)
+	var p wire.Packet
+	for d := range maxGSOOff + 2 {
+		peer := &fakePeer{addr: netip.MustParseAddr(fmt.Sprintf("127.0.2.%d", d+1))}
+		if w, err := a.Write(mustFramesTo(t, a, peer, 0, run, 1000), 0); w != run || err != nil {
+			t.Fatalf("destination %d: Write = %d, %v; want %d", d, w, err, run)
+		}
+		st := a.Stats()
+		wantRefused, wantGSO := uint64(min(d+1, maxGSOOff)), d < maxGSOOff
+		if st.GSORefused != wantRefused || a.GSO() != wantGSO || (st.GSODisabled == 1) == wantGSO ||
+			st.TxFrames != uint64(run*(d+1)) || st.TxGSOBatches != 0 || st.TxErrors != 0 {
+			t.Fatalf("after destination %d: GSO %v, stats %+v: want %d destinations refused, GSO on for the link %v, %d frames sent",
+				d, a.GSO(), st, wantRefused, wantGSO, run*(d+1))
+		}
+		for got := 0; got < run; {
+			k, _, err := unix.Recvfrom(raw, buf, 0)
+			if err != nil {
+				t.Fatalf("destination %d: raw socket after %d of %d frames: %v", d, got, run, err)
+			}
+			if h := wire.IPv4(buf[:k]); h.Dst() != peer.addr {
+				continue // ICMP errors
+			}
+			if err := p.Decode(buf[:k], wire.FramingIP); err != nil {
+				t.Fatalf("destination %d: frame %d: %v", d, got, err)
+			} else if int(p.BTH().PSN()) != got {
+				t.Fatalf("destination %d: frame %d has PSN %d", d, got, p.BTH().PSN())
+			}
+			got++
+		}
+	}
 }

@@ -103,7 +103,8 @@ type Stats struct {
 	ConnFallbacks uint64 // connected sockets abandoned after a send error, their frames resent unconnected
 	TxRejected    uint64 // frames refused: bad header, not our source, over the MTU
 	TxErrors      uint64 // frames the kernel refused (sendmmsg error)
-	GSODisabled   uint64 // 1 once GSO was turned off after a kernel error
+	GSODisabled   uint64 // 1 once GSO was turned off for the link: the kernel has no UDP_SEGMENT, or a transmit queue met more than 16 destinations it refused GSO to
+	GSORefused    uint64 // destinations GSO was turned off for after the kernel refused a super-datagram to them (EIO, EINVAL: the route's); each transmit queue learns its own
 
 	RxFrames       uint64 // frames returned by Read
 	RxAggregates   uint64 // GSO/GRO aggregates split into frames
@@ -117,7 +118,7 @@ type Stats struct {
 
 type counters struct {
 	txFrames, txCalls, txGSOBatches, txGSOSegments, txICRCPatched, txRejected, txErrors, gsoDisabled atomic.Uint64
-	txConnected, connOpened, connFailed, connFallbacks                                               atomic.Uint64
+	txConnected, connOpened, connFailed, connFallbacks, gsoRefused                                   atomic.Uint64
 	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress, rxRing                          atomic.Uint64
 	rxIDSolved, rxIDUnsolved                                                                         atomic.Uint64
 }
@@ -476,7 +477,7 @@ func (e *Endpoint) Stats() Stats {
 	return Stats{
 		TxFrames: c.txFrames.Load(), TxCalls: c.txCalls.Load(), TxGSOBatches: c.txGSOBatches.Load(), TxGSOSegments: c.txGSOSegments.Load(),
 		TxICRCPatched: c.txICRCPatched.Load(), TxRejected: c.txRejected.Load(), TxErrors: c.txErrors.Load(),
-		GSODisabled: c.gsoDisabled.Load(), TxConnected: c.txConnected.Load(), ConnsOpened: c.connOpened.Load(),
+		GSODisabled: c.gsoDisabled.Load(), GSORefused: c.gsoRefused.Load(), TxConnected: c.txConnected.Load(), ConnsOpened: c.connOpened.Load(),
 		ConnsFailed: c.connFailed.Load(), ConnFallbacks: c.connFallbacks.Load(),
 		RxFrames: c.rxFrames.Load(), RxAggregates: c.rxAggregates.Load(), RxTooLarge: c.rxTooLarge.Load(),
 		RxMalformed: c.rxMalformed.Load(), RxWrongAddress: c.rxWrongAddress.Load(), RxRing: c.rxRing.Load(),
