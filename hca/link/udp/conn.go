@@ -45,8 +45,9 @@ import (
 //
 // Any send error on a connected socket (an ICMP error the kernel reports
 // on the next send, a route gone, a filter) may have consumed an ID without
-// sending, so the socket is abandoned and the frames go again through the
-// unconnected socket, which keeps the destination for good.
+// sending, so the socket is set aside and the frames go again through the
+// unconnected socket, which carries the destination for a while: see
+// setAside for how long and why, and revive for the way back.
 
 // connectEnv, set to 0 or 1, overrides Config.NoConnect.
 const connectEnv = "GOROCE_UDP_CONNECT"
@@ -62,18 +63,104 @@ const plainEnv = "GOROCE_UDP_PLAIN"
 // destinations use the unconnected socket.
 const maxConns = 8
 
+// connRetryMin and connRetryMax bound how many messages to its destination
+// a connected socket set aside after a send error leaves to the
+// unconnected socket before it is re-probed (setAside).
+const (
+	connRetryMin = 64
+	connRetryMax = 16384
+)
+
 // conn is one transmit state's connected socket to one destination.
 type conn struct {
 	dst   [4]byte
 	dport uint16
 	rc    syscall.RawConn
-	dead  bool   // not usable (creation failed or a send failed): send unconnected
+	dead  bool   // not usable (creation failed: rc nil, for good; or set aside after a send error): send unconnected
 	next  uint16 // the IP ID the kernel gives the next skb
 	build uint16 // next, advanced over the messages of the Write being built
 	// perSeg: the counter advances by the segment count of a GSO
 	// super-datagram, not by one (not seen on Linux 6.1 or 6.18; the probe
 	// measures it).
 	perSeg bool
+
+	// Set aside after a send error (setAside, revive).
+	wait    int    // messages to send unconnected before re-probing
+	waited  int    // the wait last set
+	backoff int    // the wait the next error sets (0: connRetryMin)
+	good    int    // messages sent since the socket was last revived
+	failGen uint64 // txState.gen of the Write that set it aside
+}
+
+// setAside takes c out of use after a send error in Write gen. The error
+// may have come after the kernel took an IP ID, so c's counter is no longer
+// known: c must be re-probed before it sends again (revive).
+//
+// Why not for good: most errors pass (ECONNREFUSED from an ICMP port
+// unreachable while the peer was not yet listening, which the kernel
+// reports once; ENOBUFS; a route being replaced), and every message to the
+// destination would otherwise pay the route lookup a connected socket
+// saves for the rest of the run. Why not at once: an error that lasts
+// (a peer gone, a filter) would then cost a probe (six system calls) and a
+// failed send with every message. So c waits a number of messages, not a
+// time (Write has no clock on its path and the count is deterministic),
+// that doubles with each error, from connRetryMin to connRetryMax, and
+// goes back to connRetryMin once c has carried as many messages since its
+// revival as it last waited: against a lasting error, at most one message
+// in connRetryMax tries the connected socket; after a passing one, the
+// destination is back on it within connRetryMin messages.
+func (c *conn) setAside(gen uint64) {
+	if c.backoff == 0 {
+		c.backoff = connRetryMin
+	}
+	c.dead, c.wait, c.waited, c.failGen = true, c.backoff, c.backoff, gen
+	c.backoff = min(2*c.backoff, connRetryMax)
+}
+
+// sent records n messages sent through c.
+func (c *conn) sent(n int) {
+	if c.good += n; c.good >= c.waited {
+		c.backoff = connRetryMin
+	}
+}
+
+// revive reports whether c, set aside after a send error, carries the
+// message being built: not in the Write that set it aside (its resend goes
+// unconnected, and a lasting error cannot recur within one Write), not
+// before it waited its messages, and only if a new probe learns its ID
+// counter (probeIPID; c.build follows it).
+func (t *txState) revive(c *conn) bool {
+	if c.rc == nil || c.failGen == t.gen {
+		return false
+	}
+	if c.wait > 0 {
+		c.wait--
+		return false
+	}
+	next, perSeg, err := t.e.reprobe(c)
+	if err != nil {
+		t.e.st.connReprobeFailed.Add(1)
+		c.setAside(t.gen)
+		return false
+	}
+	c.next, c.build, c.perSeg, c.dead, c.good = next, next, perSeg, false, 0
+	t.e.st.connRevived.Add(1)
+	return true
+}
+
+// reprobe learns connected socket c's ID counter again (probeIPID), in the
+// endpoint's network namespace, where the probe's sink must be.
+func (e *Endpoint) reprobe(c *conn) (next uint16, perSeg bool, err error) {
+	unlock, err := lockNetNS(e.netns)
+	if err != nil {
+		return 0, false, err
+	}
+	defer unlock()
+	gso := e.gso.Load()
+	if cerr := c.rc.Control(func(fd uintptr) { next, perSeg, err = probeIPID(int(fd), e.cfg.Addr.As4(), gso) }); cerr != nil {
+		return 0, false, cerr
+	}
+	return next, perSeg, err
 }
 
 // advance returns the ID after a message of segs segments starting at id.
@@ -92,7 +179,7 @@ func (t *txState) connFor(f []byte) int {
 	dport := binary.BigEndian.Uint16(f[22:24])
 	for i, c := range t.conns {
 		if c.dst == dst && c.dport == dport {
-			if c.dead {
+			if c.dead && !t.revive(c) {
 				return -1
 			}
 			return i

@@ -134,8 +134,9 @@ func TestConnectedExclusive(t *testing.T) {
 // TestConnectedFallback sends to an address where nobody holds port 4791:
 // the kernel answers with ICMP port unreachable, which a connected socket
 // reports on its next send. That send must not fail or lose frames: the
-// socket is abandoned and the frames go through the unconnected socket, as
-// every frame did before connected sockets (a raw socket counts them all).
+// socket is set aside (for a while: TestConnectedRevives) and the frames
+// go through the unconnected socket, as every frame did before connected
+// sockets (a raw socket counts them all).
 func TestConnectedFallback(t *testing.T) {
 	ns := newNetNS(t)
 	var a, b *Endpoint

@@ -70,6 +70,7 @@ type txState struct {
 	mpatch  []int    // frames of message i sent with a corrected ICRC
 	ids     vnet.IDCache
 	conns   []*conn   // connected sockets by destination (IPv4; conn.go)
+	gen     uint64    // batches written (conn.failGen)
 	gsoOff  []destKey // destinations the kernel refused GSO to (refuseGSO); capacity maxGSOOff
 
 	// State of one sendmmsg round (sender).
@@ -164,6 +165,7 @@ func (t *txState) Write(bufs [][]byte, offset int) (int, error) {
 	total := 0
 	for len(bufs) > 0 {
 		k := min(len(bufs), e.cfg.BatchSize)
+		t.gen++
 		n, err := t.write(bufs[:k], offset, total)
 		total += n
 		if err != nil {
@@ -577,6 +579,7 @@ func (t *txState) sendRun(a, b int) (int, error) {
 	if c != nil && t.next > a {
 		last := t.next - 1
 		c.next = c.advance(t.mbase[last], t.frames[last])
+		c.sent(t.next - a)
 		e.st.txConnected.Add(uint64(frames))
 	}
 	e.st.txFrames.Add(uint64(frames))
@@ -591,9 +594,10 @@ func (t *txState) sendRun(a, b int) (int, error) {
 		if c != nil {
 			// The error may have come after the kernel took an IP ID (or
 			// be an ICMP error reported on this send): the counter is no
-			// longer known. Abandon the socket; the unconnected one
-			// resends, and reports the error if it is not the socket's.
-			c.dead = true
+			// longer known. Set the socket aside until it is re-probed
+			// (setAside); the unconnected one resends, and reports the
+			// error if it is not the socket's.
+			c.setAside(t.gen)
 			e.st.connFallbacks.Add(1)
 			return frames, errResend
 		}

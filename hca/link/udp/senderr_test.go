@@ -218,3 +218,106 @@ func TestGSORefusedEverywhere(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectedRevives: a send error on a connected socket (here an
+// injected ECONNREFUSED, as a peer not yet listening gives) sets the socket
+// aside, its frames resent unconnected, but not for good: after
+// connRetryMin messages to the destination the socket is re-probed and
+// carries frames again. The injected error first makes the socket take an
+// IP ID (a datagram to a sink), so the frames after the revival verify at
+// the receiver only if the re-probe relearned the counter. A socket that
+// fails again before it carried as many messages as it waited waits twice
+// as long; once it has, a failure costs the shortest wait again.
+func TestConnectedRevives(t *testing.T) {
+	ns := newNetNS(t)
+	var a, b *Endpoint
+	var sink int
+	ns.do(t, func() {
+		a, b = openPair0(t, "127.0.0.1", "127.0.0.2", nil)
+		var err error
+		if sink, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err = unix.Bind(sink, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer a.Close()
+	defer b.Close()
+	defer unix.Close(sink)
+	sa, err := unix.Getsockname(sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	psn := 0
+	send := func(n int) {
+		t.Helper()
+		if w, err := a.Write(mustFrames(t, a, b, psn, n, 200), 0); w != n || err != nil {
+			t.Fatalf("PSN %d: Write = %d, %v; want %d", psn, w, err, n)
+		}
+		readFrames(t, b, n, inOrder(t, psn))
+		psn += n
+	}
+	send(2)
+	a.qmu.Lock()
+	if len(a.connFDs) != 1 {
+		a.qmu.Unlock()
+		t.Fatalf("%d connected sockets (ConnErr %v), want 1", len(a.connFDs), a.ConnErr())
+	}
+	connFD := uintptr(a.connFDs[0])
+	a.qmu.Unlock()
+	fail := 0
+	a.sendFault = func(fd uintptr, _ []unix.Mmsghdr) unix.Errno {
+		if fd != connFD || fail == 0 {
+			return 0
+		}
+		fail--
+		if err := unix.Sendto(int(fd), []byte{0}, 0, sa); err != nil {
+			t.Errorf("datagram to the sink: %v", err)
+		}
+		return unix.ECONNREFUSED
+	}
+	check := func(what string, connected, fallbacks, revived uint64) {
+		t.Helper()
+		if st := a.Stats(); st.TxConnected != connected || st.ConnFallbacks != fallbacks || st.ConnsRevived != revived ||
+			st.ConnReprobesFailed != 0 || st.ConnsOpened != 1 || st.TxFrames != uint64(psn) || st.TxErrors != 0 {
+			t.Fatalf("%s: stats %+v: want %d of %d frames connected, %d fallbacks, %d revivals",
+				what, st, connected, psn, fallbacks, revived)
+		}
+	}
+	fail = 1
+	send(4) // refused on the connected socket, resent unconnected
+	check("after the error", 2, 1, 0)
+	for range connRetryMin {
+		send(1)
+	}
+	check("while set aside", 2, 1, 0)
+	send(1) // re-probed, connected again
+	check("revived", 3, 1, 1)
+
+	// Fails again at once: set aside for twice as long.
+	fail = 1
+	send(1)
+	check("second error", 3, 2, 1)
+	for range 2 * connRetryMin {
+		send(1)
+	}
+	check("set aside again", 3, 2, 1)
+	send(1)
+	check("revived again", 4, 2, 2)
+
+	// Carries as many messages as it waited: the next error costs the
+	// shortest wait again.
+	for range 2*connRetryMin - 1 {
+		send(1)
+	}
+	check("proved", 4+2*connRetryMin-1, 2, 2)
+	fail = 1
+	send(1)
+	for range connRetryMin {
+		send(1)
+	}
+	check("third error", 4+2*connRetryMin-1, 3, 2)
+	send(1)
+	check("revived a third time", 4+2*connRetryMin, 3, 3)
+}

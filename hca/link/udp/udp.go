@@ -92,19 +92,21 @@ type Config struct {
 
 // Stats are the endpoint's counters.
 type Stats struct {
-	TxFrames      uint64 // frames handed to the kernel
-	TxCalls       uint64 // sendmmsg system calls that sent them
-	TxGSOBatches  uint64 // UDP GSO super-datagrams sent
-	TxGSOSegments uint64 // frames sent inside them
-	TxICRCPatched uint64 // of TxFrames, those sent with an ICRC adjusted for the kernel's IP ID (GSO segments, connected sockets)
-	TxConnected   uint64 // frames sent through connected sockets (IPv4, conn.go)
-	ConnsOpened   uint64 // connected sockets opened
-	ConnsFailed   uint64 // connected sockets that could not be opened (ConnErr says why)
-	ConnFallbacks uint64 // connected sockets abandoned after a send error, their frames resent unconnected
-	TxRejected    uint64 // frames refused: bad header, not our source, over the MTU
-	TxErrors      uint64 // frames the kernel refused (sendmmsg error)
-	GSODisabled   uint64 // 1 once GSO was turned off for the link: the kernel has no UDP_SEGMENT, or a transmit queue met more than 16 destinations it refused GSO to
-	GSORefused    uint64 // destinations GSO was turned off for after the kernel refused a super-datagram to them (EIO, EINVAL: the route's); each transmit queue learns its own
+	TxFrames           uint64 // frames handed to the kernel
+	TxCalls            uint64 // sendmmsg system calls that sent them
+	TxGSOBatches       uint64 // UDP GSO super-datagrams sent
+	TxGSOSegments      uint64 // frames sent inside them
+	TxICRCPatched      uint64 // of TxFrames, those sent with an ICRC adjusted for the kernel's IP ID (GSO segments, connected sockets)
+	TxConnected        uint64 // frames sent through connected sockets (IPv4, conn.go)
+	ConnsOpened        uint64 // connected sockets opened
+	ConnsFailed        uint64 // connected sockets that could not be opened (ConnErr says why)
+	ConnFallbacks      uint64 // send errors on connected sockets: the socket set aside (until re-probed), its frames resent unconnected
+	ConnsRevived       uint64 // connected sockets set aside, re-probed and carrying frames again
+	ConnReprobesFailed uint64 // re-probes of a connected socket set aside that failed (it waits longer)
+	TxRejected         uint64 // frames refused: bad header, not our source, over the MTU
+	TxErrors           uint64 // frames the kernel refused (sendmmsg error)
+	GSODisabled        uint64 // 1 once GSO was turned off for the link: the kernel has no UDP_SEGMENT, or a transmit queue met more than 16 destinations it refused GSO to
+	GSORefused         uint64 // destinations GSO was turned off for after the kernel refused a super-datagram to them (EIO, EINVAL: the route's); each transmit queue learns its own
 
 	RxFrames       uint64 // frames returned by Read
 	RxAggregates   uint64 // GSO/GRO aggregates split into frames
@@ -119,6 +121,7 @@ type Stats struct {
 type counters struct {
 	txFrames, txCalls, txGSOBatches, txGSOSegments, txICRCPatched, txRejected, txErrors, gsoDisabled atomic.Uint64
 	txConnected, connOpened, connFailed, connFallbacks, gsoRefused                                   atomic.Uint64
+	connRevived, connReprobeFailed                                                                   atomic.Uint64
 	rxFrames, rxAggregates, rxTooLarge, rxMalformed, rxWrongAddress, rxRing                          atomic.Uint64
 	rxIDSolved, rxIDUnsolved                                                                         atomic.Uint64
 }
@@ -479,6 +482,7 @@ func (e *Endpoint) Stats() Stats {
 		TxICRCPatched: c.txICRCPatched.Load(), TxRejected: c.txRejected.Load(), TxErrors: c.txErrors.Load(),
 		GSODisabled: c.gsoDisabled.Load(), GSORefused: c.gsoRefused.Load(), TxConnected: c.txConnected.Load(), ConnsOpened: c.connOpened.Load(),
 		ConnsFailed: c.connFailed.Load(), ConnFallbacks: c.connFallbacks.Load(),
+		ConnsRevived: c.connRevived.Load(), ConnReprobesFailed: c.connReprobeFailed.Load(),
 		RxFrames: c.rxFrames.Load(), RxAggregates: c.rxAggregates.Load(), RxTooLarge: c.rxTooLarge.Load(),
 		RxMalformed: c.rxMalformed.Load(), RxWrongAddress: c.rxWrongAddress.Load(), RxRing: c.rxRing.Load(),
 		RxIDSolved: c.rxIDSolved.Load(), RxIDUnsolved: c.rxIDUnsolved.Load(),
