@@ -69,7 +69,7 @@ const benchSynopsis = "goroce bench MODE [HOST] [flags]"
 func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs := flag.NewFlagSet("goroce bench", flag.ContinueOnError)
 	p := &o.p
-	fs.IntVar(&p.Size, "s", 0, "message `SIZE` in bytes (default 65536 for bw, 2 for lat, 8 for atomic)")
+	fs.Var(sizeValue{&p.Size}, "s", "message `SIZE` in bytes, or KiB and MiB with a K or M suffix as perftest (-s 64K) (default 65536 for bw, 2 for lat, 8 for atomic)")
 	fs.IntVar(&p.Iters, "n", 0, "`ITERS` messages per QP, 5 to 100000000 as perftest (default 5000 for write/read/atomic bw, 1000 otherwise)")
 	fs.BoolVar(&p.All, "a", false, "run every size from 2 to 2^23 bytes")
 	fs.IntVar(&p.MaxSize, "max_size", 0, "largest size of -a (goroce extension; default 2^23)")
@@ -142,6 +142,10 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	fs.StringVar(&o.plot, "plot", "", "draw the results to `FILE`.svg and FILE.png (bandwidth or latency percentiles against size)")
 	fs.BoolVar(&o.ceiling, "ceiling", false, "with --loopback: also measure the raw UDP path ceiling (and the same blast shaped as the mode's RoCE packets) and print goroce's bandwidth as a ratio of each")
 	o.lf = addLinkFlags(fs)
+	for long, short := range perftestLong {
+		f := fs.Lookup(short)
+		fs.Var(f.Value, long, "same as -"+short+" (perftest's long name)")
+	}
 	fs.Usage = func() {
 		w := fs.Output()
 		usageFunc(fs, benchSynopsis)()
@@ -153,6 +157,69 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 	return fs
 }
 
+// perftestLong are perftest's long names (perftest_parameters.c's
+// long_options) of the flags above that have none of their own here, so
+// that a perftest command line written with them (--size=65536
+// --iters=1000 --gid-index=1) runs as it is. "report-histogrm" is
+// perftest's own spelling.
+var perftestLong = map[string]string{
+	"size": "s", "iters": "n", "tx-depth": "t", "rx-depth": "r", "cq-mod": "Q",
+	"qp": "q", "gid-index": "x", "port": "p", "ib-dev": "d", "mtu": "m",
+	"qp-timeout": "u", "all": "a", "CPU-freq": "F", "atomic_type": "A",
+	"duration": "D", "report-histogrm": "H",
+}
+
+// benchLong are goroce bench's other long names of its short flags.
+var benchLong = map[string]string{
+	"outs": "o", "inline_size": "I", "events": "e", "noPeak": "N",
+	"ib-port": "i", "tos": "T", "sl": "S", "post_list": "l",
+	"bidirectional": "b", "report-histogram": "H", "report-unsorted": "U",
+	"connection": "c", "limit_bw": "w", "limit_msgrate": "y", "margin": "f",
+	"version": "V",
+}
+
+// shortName returns the short flag a long alias stands for, or name.
+func shortName(name string) string {
+	if s, ok := perftestLong[name]; ok {
+		return s
+	}
+	if s, ok := benchLong[name]; ok {
+		return s
+	}
+	return name
+}
+
+// sizeValue is -s: a byte count, with perftest's K (KiB) or M (MiB)
+// suffix; the number is read as perftest's strtol(optarg, NULL, 0) reads
+// it (0x for hex).
+type sizeValue struct{ p *int }
+
+func (v sizeValue) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v sizeValue) Set(s string) error {
+	mul := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mul, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mul, s = 1<<20, strings.TrimSuffix(s, "M")
+	}
+	n, err := strconv.ParseInt(s, 0, 64)
+	if err != nil {
+		return errors.New("not a byte count (a number, or one with a K or M suffix)")
+	}
+	if n < 0 || n > (1<<62)/mul {
+		return errors.New("out of range")
+	}
+	*v.p = int(n * mul)
+	return nil
+}
+
 // perftestRanges are the bounds perftest's parser puts on goroce bench's
 // count and index flags (CHECK_VALUE_IN_RANGE with perftest_parameters.h's
 // MIN_ITER / MAX_ITER, MIN_TX / MAX_TX, ...) and the name its message
@@ -160,15 +227,13 @@ func benchFlags(o *benchOpts) *flag.FlagSet {
 // hand: " Only 15 Service levels"), perftest holds them, quoted after the
 // range. Long names are goroce bench's aliases of the short ones.
 var perftestRanges = map[string]perftestRange{
-	"n":   {"Iteration num", 5, 100000000, ""},
-	"t":   {"Tx depth", 1, 15000, ""},
-	"r":   {"Rx depth", 1, 16384, ""},
-	"Q":   {"CQ moderation", 1, 1024, ""},
-	"x":   {"Gid index", 0, 64, ""},
-	"T":   {"TOS", 0, 255, ""},
-	"tos": {"TOS", 0, 255, ""},
-	"S":   {"Service Level", 0, 15, "Only 15 Service levels"},
-	"sl":  {"Service Level", 0, 15, "Only 15 Service levels"},
+	"n": {"Iteration num", 5, 100000000, ""},
+	"t": {"Tx depth", 1, 15000, ""},
+	"r": {"Rx depth", 1, 16384, ""},
+	"Q": {"CQ moderation", 1, 1024, ""},
+	"x": {"Gid index", 0, 64, ""},
+	"T": {"TOS", 0, 255, ""},
+	"S": {"Service Level", 0, 15, "Only 15 Service levels"},
 }
 
 type perftestRange struct {
@@ -193,25 +258,22 @@ func badValue(fs *flag.FlagSet) string {
 		if msg != "" {
 			return
 		}
-		dash := "--"
-		if len(f.Name) == 1 {
-			dash = "-"
-		}
 		v := f.Value.String()
 		n, err := strconv.Atoi(v)
-		r, ranged := perftestRanges[f.Name]
+		short := shortName(f.Name)
+		r, ranged := perftestRanges[short]
 		switch {
-		case f.Name == "x" && strings.HasPrefix(v, "-"):
-			msg = fmt.Sprintf("-x %s: not a GID index", v)
+		case short == "x" && strings.HasPrefix(v, "-"):
+			msg = fmt.Sprintf("%s %s: not a GID index", flagName(f.Name), v)
 		case ranged && err == nil && (n < r.min || n > r.max):
-			msg = fmt.Sprintf("%s%s %s: %s should be between %d and %d", dash, f.Name, v, r.name, r.min, r.max)
+			msg = fmt.Sprintf("%s %s: %s should be between %d and %d", flagName(f.Name), v, r.name, r.min, r.max)
 			if r.perftest != "" {
 				msg += fmt.Sprintf(" (perftest: %q)", r.perftest)
 			}
-		case what[f.Name] != "" && v == "0":
-			msg = fmt.Sprintf("-%s 0: the %s must be at least 1", f.Name, what[f.Name])
-		case (f.Name == "i" || f.Name == "ib-port") && err == nil && n < 1:
-			msg = fmt.Sprintf("%s%s %s: IB Port can't be less than 1", dash, f.Name, v)
+		case what[short] != "" && v == "0":
+			msg = fmt.Sprintf("%s 0: the %s must be at least 1", flagName(f.Name), what[short])
+		case short == "i" && err == nil && n < 1:
+			msg = fmt.Sprintf("%s %s: IB Port can't be less than 1", flagName(f.Name), v)
 		}
 	})
 	return msg
@@ -228,37 +290,43 @@ func modeFlag(fs *flag.FlagSet, m bench.Mode) string {
 		if msg != "" {
 			return
 		}
-		switch f.Name {
+		name := flagName(f.Name) // as given: -A, --atomic_type
+		switch shortName(f.Name) {
 		case "A":
 			if m != bench.ModeAtomicBW {
-				msg = fmt.Sprintf("-A %s: the atomic operation is atomic_bw's (perftest: \"You are not running the atomic_lat/bw test!\")", f.Value)
+				msg = fmt.Sprintf("%s %s: the atomic operation is atomic_bw's (perftest: \"You are not running the atomic_lat/bw test!\")", name, f.Value)
 			}
-		case "o", "outs":
+		case "o":
 			if !readOrAtomic {
-				msg = fmt.Sprintf("-%s %s: outstanding reads apply to read_bw, read_lat and atomic_bw (perftest: \"Setting Outstanding reads only available on READ verb\")", f.Name, f.Value)
+				msg = fmt.Sprintf("%s %s: outstanding reads apply to read_bw, read_lat and atomic_bw (perftest: \"Setting Outstanding reads only available on READ verb\")", name, f.Value)
 			}
-		case "I", "inline_size":
+		case "I":
 			if readOrAtomic {
-				msg = fmt.Sprintf("-%s %s: Inline feature not available on READ/Atomic verbs", f.Name, f.Value)
+				msg = fmt.Sprintf("%s %s: Inline feature not available on READ/Atomic verbs", name, f.Value)
 			}
-		case "e", "events":
+		case "e":
 			if m == bench.ModeWriteBW || m == bench.ModeWriteLat {
-				msg = "-e: Events feature not available on WRITE verb"
-				if f.Name == "events" {
-					msg = "--events: Events feature not available on WRITE verb"
-				}
+				msg = name + ": Events feature not available on WRITE verb"
 			}
-		case "N", "noPeak":
+		case "N":
 			if !m.IsBW() {
-				msg = fmt.Sprintf("-%s: NoPeak only valid for BW tests", f.Name)
+				msg = name + ": NoPeak only valid for BW tests"
 			}
 		case "r":
 			if readOrAtomic && f.Value.String() != "1" {
-				msg = fmt.Sprintf("-r %s: On RDMA verbs rx depth can be only 1 (%v posts no receives)", f.Value, m)
+				msg = fmt.Sprintf("%s %s: On RDMA verbs rx depth can be only 1 (%v posts no receives)", name, f.Value, m)
 			}
 		}
 	})
 	return msg
+}
+
+// flagName is a flag as a user writes it: -s, --size.
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 func modeNames() []string {

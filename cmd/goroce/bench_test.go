@@ -692,3 +692,82 @@ func TestBenchReportBoth(t *testing.T) {
 		t.Fatalf("--report-both without -b: status %d\n%s%s", st, out, errOut)
 	}
 }
+
+// perftest's long option names stand for the same flags as the short ones
+// (perftest_parameters.c's long_options): a perftest command line written
+// with them runs as it is, and their values are checked alike.
+func TestBenchPerftestLongNames(t *testing.T) {
+	var o benchOpts
+	fs := benchFlags(&o)
+	fs.SetOutput(io.Discard)
+	for long, short := range perftestLong {
+		lf, sf := fs.Lookup(long), fs.Lookup(short)
+		if lf == nil || sf == nil {
+			t.Fatalf("--%s or -%s not defined", long, short)
+		}
+	}
+	err := fs.Parse([]string{"--size=64K", "--iters=7", "--tx-depth=9", "--rx-depth=11", "--cq-mod=3",
+		"--qp=2", "--gid-index=1", "--port=18999", "--ib-dev=goroce7", "--mtu=1024", "--qp-timeout=16",
+		"--all", "--CPU-freq", "--atomic_type=CMP_AND_SWAP", "--duration=3", "--report-histogrm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := o.p
+	got := []int{p.Size, p.Iters, p.TxDepth, p.RxDepth, p.CQMod, p.QPs, p.GIDIndex, o.port, o.mtu, o.timeout, o.durSec}
+	want := []int{65536, 7, 9, 11, 3, 2, 1, 18999, 1024, 16, 3}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("value %d: got %d, want %d (all: %v)", i, got[i], want[i], got)
+		}
+	}
+	if o.devName != "goroce7" || !p.All || !p.Histogram || o.atomic != "CMP_AND_SWAP" || fs.Lookup("F").Value.String() != "true" {
+		t.Errorf("dev %q all %v histogram %v atomic %q F %s", o.devName, p.All, p.Histogram, o.atomic, fs.Lookup("F").Value)
+	}
+	// The checks know the long names, and name the flag as given.
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"send_bw", "--iters", "4"}, "--iters 4: Iteration num should be between 5 and 100000000"},
+		{[]string{"send_bw", "--tx-depth=15001"}, "--tx-depth 15001: Tx depth should be between 1 and 15000"},
+		{[]string{"send_bw", "--cq-mod=0"}, "--cq-mod 0: CQ moderation should be between 1 and 1024"},
+		{[]string{"send_bw", "--gid-index=-2"}, "--gid-index -2: not a GID index"},
+		{[]string{"send_bw", "--size=0"}, "--size 0: the message size must be at least 1"},
+		{[]string{"send_bw", "--qp=0"}, "--qp 0: the number of QPs must be at least 1"},
+		{[]string{"write_bw", "--atomic_type=CMP_AND_SWAP"}, `--atomic_type CMP_AND_SWAP: the atomic operation is atomic_bw's`},
+		{[]string{"read_bw", "--rx-depth=4"}, "--rx-depth 4: On RDMA verbs rx depth can be only 1"},
+		{[]string{"write_bw", "--events"}, "--events: Events feature not available on WRITE verb"},
+		{[]string{"read_bw", "--inline_size=8"}, "--inline_size 8: Inline feature not available on READ/Atomic verbs"},
+		{[]string{"send_bw", "--outs=2"}, "--outs 2: outstanding reads apply to read_bw"},
+	} {
+		args := append(append([]string{"bench"}, c.args...), "--ceiling")
+		st, out, errOut := runCLI(args...)
+		if st != exitUsage || !strings.HasPrefix(errOut, "goroce bench: "+c.msg) {
+			t.Errorf("%q: status %d, want %d (usage) and %q\nstdout: %s\nstderr: %s", args, st, exitUsage, c.msg, out, errOut)
+		}
+	}
+}
+
+// -s takes perftest's K and M suffixes and strtol's number forms.
+func TestBenchSizeSuffix(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"65536", 65536, true}, {"64K", 65536, true}, {"1M", 1 << 20, true}, {"8M", 8 << 20, true},
+		{"0x100", 256, true}, {"0x10K", 16 << 10, true}, {"2", 2, true},
+		{"K", 0, false}, {"64k", 0, false}, {"2x", 0, false}, {"-1", 0, false}, {"", 0, false},
+		{"1G", 0, false}, {"99999999999999999999", 0, false}, {"9223372036854775807M", 0, false},
+	} {
+		var n int
+		err := sizeValue{&n}.Set(c.in)
+		if (err == nil) != c.ok || (c.ok && n != c.want) {
+			t.Errorf("-s %q: got %d, %v; want %d, ok %v", c.in, n, err, c.want, c.ok)
+		}
+	}
+	st, _, errOut := runCLI("bench", "write_bw", "-s", "2x")
+	if st != exitUsage || !strings.Contains(errOut, `invalid value "2x" for flag -s: not a byte count`) {
+		t.Errorf("-s 2x: status %d, stderr %s", st, errOut)
+	}
+}
