@@ -296,6 +296,11 @@ func fill(cfg *Config, dev *hca.Device) error {
 	if cfg.Size < 1 {
 		return fmt.Errorf("%w: size %d", ErrConfig, cfg.Size)
 	}
+	if max := dev.QueryPort().MaxMsgSize; uint64(cfg.Size) > uint64(max) {
+		// Every post would fail (the tools' "Couldn't post send"), after
+		// allocating and registering the buffer: refuse it first.
+		return fmt.Errorf("%w: size %d is over the port's max_msg_sz %d (%#x)", ErrConfig, cfg.Size, max, max)
+	}
 	if cfg.Iters == 0 {
 		cfg.Iters = DefaultIters
 	}

@@ -280,6 +280,7 @@ func TestConfigErrors(t *testing.T) {
 		{Config{GIDIndex: 5}, "can't read sgid of index 5"},
 		{Config{RxDepth: 1}, "rx depth 1"},
 		{Config{Size: -1}, "size -1"},
+		{Config{Size: 1<<31 + 1}, "size 2147483649 is over the port's max_msg_sz 2147483648 (0x80000000)"},
 		{Config{SL: 16}, "SL 16"},
 	} {
 		_, err := New(da, tc.cfg)
