@@ -127,6 +127,11 @@ type Stats struct {
 	// socket (of RxFrames and TxFrames), kicks, and what the kernel
 	// dropped on its way to the socket (RX or fill ring full).
 	XDPRxFrames, XDPTxFrames, XDPTxKicks, XDPKernelDrop uint64
+	// XDPTxQueued: frames Write passed that are in the AF_XDP TX ring,
+	// in neither TxFrames nor TxDropped, because the interface went
+	// down before the kernel took them; they go out when it is up
+	// again (hca/link/xsk, Send).
+	XDPTxQueued uint64
 }
 
 // Endpoint is an AF_PACKET link on one interface. See link.Endpoint for
@@ -511,6 +516,7 @@ func (e *Endpoint) Stats() Stats {
 
 		XDPRxFrames: xs.RxFrames, XDPTxFrames: xs.TxFrames, XDPTxKicks: xs.TxKicks,
 		XDPKernelDrop: xs.KernelRxDropped + xs.KernelRxRingFull + xs.KernelFillEmpty,
+		XDPTxQueued:   xs.TxQueued,
 	}
 }
 

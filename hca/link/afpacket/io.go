@@ -719,14 +719,18 @@ func (t *txState) sendFrames(frames [][]byte, offset int) (int, error) {
 		if !t.e.w.Enter() {
 			return 0, link.ErrClosed
 		}
-		d0 := x.TxDropped()
+		f0 := x.TxFrames()
 		n, err := x.Send(frames, offset)
-		// Send's count includes what the device refused (xsk's TxDropped,
-		// which Stats adds to ours): TxFrames is what went out, as on the
-		// sendmmsg and ring paths.
-		dropped := x.TxDropped() - d0
+		// Send's count includes what it dropped (xsk's TxDropped, which
+		// Stats adds to ours) and what a device that went down left in
+		// the TX ring (xsk's TxQueued: it goes out when the device is up
+		// again, and only then is it in xsk's TxFrames). TxFrames is what
+		// went out, as on the sendmmsg and ring paths: xsk's TxFrames
+		// grew by what the kernel took in this call, frames queued by an
+		// earlier call included.
+		sent := x.TxFrames() - f0
 		t.e.w.Exit()
-		t.e.st.txFrames.Add(uint64(n) - dropped)
+		t.e.st.txFrames.Add(sent)
 		return n, err
 	}
 	if t.ring.mem == nil || len(frames) == 0 {

@@ -273,10 +273,16 @@ func TestXDPZeroAllocs(t *testing.T) {
 	}
 }
 
-// TestXDPDownCountsDropped: frames the device refuses on the XDP path (the
-// interface is down: the kick fails with ENETDOWN) are counted in
-// TxDropped only. sendFrames used to add xsk.Send's whole count, dropped
-// frames included, to TxFrames, so they showed up as sent and as dropped.
+// TestXDPDownCountsDropped: frames the XDP path cannot send because the
+// interface is down are counted once, and truthfully. The first Write
+// after it went down leaves its frames in the AF_XDP TX ring (the kick
+// fails with ENETDOWN; the ring's producer cannot be taken back): they are
+// in XDPTxQueued, neither sent nor dropped, and go out when the interface
+// is up again, in TxFrames then. A Write while it is still down drops its
+// frames without queuing them: TxDropped, and they never arrive.
+// sendFrames used to add xsk.Send's whole count, dropped frames included,
+// to TxFrames, so they showed up as sent and as dropped; then xsk counted
+// the queued frames dropped although they went out later.
 func TestXDPDownCountsDropped(t *testing.T) {
 	netcfg.SkipUnlessRoot(t)
 	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
@@ -286,15 +292,36 @@ func TestXDPDownCountsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	frames := lonely(t, h, 0)
+	b, err := Open(Config{Interface: h.B.Ifname, NetNS: h.B.NS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	queued, dropped, fresh := lonely(t, h, 0), lonely(t, h, 1), lonely(t, h, 2)
 	if err := netcfg.SetDown(h.A.NS, h.A.Ifname); err != nil {
 		t.Fatal(err)
 	}
-	if w, err := a.Write(frames, 0); w != len(frames) || err != nil {
-		t.Fatalf("Write on a down interface = %d, %v; want %d (dropped), nil", w, err, len(frames))
+	for _, frames := range [][][]byte{queued, dropped} {
+		if w, err := a.Write(frames, 0); w != len(frames) || err != nil {
+			t.Fatalf("Write on a down interface = %d, %v; want %d (queued or dropped), nil", w, err, len(frames))
+		}
 	}
 	st := a.Stats()
-	if st.TxDropped != uint64(len(frames)) || st.TxFrames != 0 {
-		t.Fatalf("TxFrames %d, TxDropped %d; want 0, %d", st.TxFrames, st.TxDropped, len(frames))
+	if st.TxDropped != uint64(len(dropped)) || st.TxFrames != 0 || st.XDPTxQueued != uint64(len(queued)) {
+		t.Fatalf("TxFrames %d, TxDropped %d, XDPTxQueued %d; want 0, %d, %d", st.TxFrames, st.TxDropped, st.XDPTxQueued, len(dropped), len(queued))
+	}
+	if err := netcfg.SetUp(h.A.NS, h.A.Ifname); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := a.Write(fresh, 0); w != len(fresh) || err != nil {
+		t.Fatalf("Write = %d, %v", w, err)
+	}
+	// The queued frames, then the fresh ones: a dropped one would come
+	// between them.
+	want := append(append([][]byte{}, queued...), fresh...)
+	readFrames(t, b, len(want), 64, 2048, func(got int, f []byte) { checkFrame(t, got, f, want[got], link.FormatEthernet) })
+	st = a.Stats()
+	if st.TxDropped != uint64(len(dropped)) || st.TxFrames != uint64(len(want)) || st.XDPTxQueued != 0 {
+		t.Fatalf("then TxFrames %d, TxDropped %d, XDPTxQueued %d; want %d, %d, 0", st.TxFrames, st.TxDropped, st.XDPTxQueued, len(want), len(dropped))
 	}
 }

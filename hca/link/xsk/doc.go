@@ -44,6 +44,17 @@
 // per batch (sendto with no data), which transmits in the system call in
 // copy mode.
 //
+// Counting what Send passes: each frame is in one of Stats.TxFrames (the
+// kernel took it and the device did not refuse it), TxDropped (never
+// sent: Send gave up on it before queuing it, or the device refused it,
+// EBUSY when it has no carrier) and TxQueued. A kick that finds the device
+// down (ENETDOWN) leaves the descriptors already published in the TX ring,
+// where nothing can take them back (the kernel caches the producer index,
+// and a poll(2) on the socket transmits too): they are TxQueued until the
+// device is up again and the next kick sends them, and Sends while it is
+// still down drop their frames without queuing them. A frame counted
+// dropped never reaches the wire.
+//
 // Concurrency: Recv (and Ready) run in one goroutine at a time, Send in
 // one at a time; the two may run concurrently (separate rings, separate
 // chunks). Close must not run concurrently with either: the caller

@@ -62,10 +62,26 @@ type Config struct {
 
 // Stats are the socket's counters.
 type Stats struct {
-	RxFrames  uint64 // delivered by Recv
-	TxFrames  uint64 // queued by Send
-	TxKicks   uint64 // sendto system calls
-	TxDropped uint64 // Send gave up on (no chunk came back, or the device refused)
+	RxFrames uint64 // delivered by Recv
+	// Every frame Send passes is in exactly one of TxFrames, TxDropped
+	// and TxQueued (Send's comment says why).
+	// TxFrames: taken from the TX ring by the kernel and not refused by
+	// the device. Counted by Send when it finds them taken; a poll(2) on
+	// the socket transmits too in copy mode, and a refusal there is not
+	// seen (the frame counts here).
+	TxFrames uint64
+	TxKicks  uint64 // sendto system calls
+	// TxDropped: never sent. Send gave up on them before queuing them
+	// (the device was down, or no chunk came back for 100 ms), the
+	// device refused them as the kernel took them (no carrier: EBUSY),
+	// or they were in the TX ring when the socket lost its device
+	// (ENXIO).
+	TxDropped uint64
+	// TxQueued is a gauge: frames in the TX ring the kernel has not
+	// taken yet, left there by a kick that found the device down. They
+	// cannot be taken back; the kernel sends them when the device is up
+	// again, at the next kick, and they move to TxFrames then.
+	TxQueued uint64
 	// From the kernel (XDP_STATISTICS): frames redirected to the socket
 	// but dropped because the RX ring was full or the fill ring empty,
 	// and descriptors it found invalid.
@@ -84,6 +100,12 @@ type Socket struct {
 
 	rxDelivered                  atomic.Uint64
 	txFrames, txKicks, txDropped atomic.Uint64
+	// txAcct is the TX ring index up to which Send has counted frames
+	// in txFrames or txDropped: from it to the producer they are
+	// queued (Stats.TxQueued). txDown: the last kick found the device
+	// down, so the next Send asks before queuing anything.
+	txAcct atomic.Uint32
+	txDown bool
 }
 
 // ring is one mapped ring: the producer and consumer indexes the kernel
@@ -407,10 +429,26 @@ var ErrFrameTooLarge = errors.New("xsk: frame longer than a UMEM chunk")
 
 // Send copies frames[i][off:] into TX chunks, queues them and kicks the
 // kernel until it has taken them all. It returns how many frames are past:
-// sent, or counted in TxDropped when the device refused them (ENOBUFS,
-// ENETDOWN) or no chunk came back for 100 ms (a device that never
-// completes). Frames over MaxFrame, and an offset outside a frame's
-// buffer, are refused before anything is sent.
+// each is counted once, in TxFrames when the kernel took it, in TxDropped
+// when it is not sent (Stats), or, when the kick found the device down, in
+// TxQueued until the kernel takes it. Frames over MaxFrame, and an offset
+// outside a frame's buffer, are refused before anything is sent.
+//
+// A kick that fails because the device is down (ENETDOWN: the kernel
+// checks IFF_UP before it looks at the ring) leaves the descriptors this
+// call has just published in the TX ring, and there they stay: the
+// producer index cannot be rewound, since the kernel caches the producer
+// it read and may read the descriptors behind it at any time (a poll(2)
+// on the socket transmits too, in copy mode), and rewriting a published
+// descriptor to make the kernel skip it races with that read and leaves
+// the chunk neither completed nor ours to reuse. The kernel sends them
+// when the device is up again, at the next kick, as a NIC sends what its
+// queue held: so they are counted as queued, not dropped (they used to be
+// counted dropped, and went on the wire later). What this call has not
+// copied into the ring yet is really dropped. Until a kick succeeds again,
+// every Send first kicks with nothing new (which also sends what the ring
+// holds if the device is back) and, if that fails too, drops its frames
+// without queuing them, so that no more than one batch goes out late.
 func (s *Socket) Send(frames [][]byte, off int) (int, error) {
 	for i, f := range frames {
 		if off < 0 || off > len(f) {
@@ -419,6 +457,16 @@ func (s *Socket) Send(frames [][]byte, off int) (int, error) {
 		if len(f)-off > MaxFrame {
 			return 0, fmt.Errorf("frame %d: %d bytes: %w", i, len(f)-off, ErrFrameTooLarge)
 		}
+	}
+	if len(frames) == 0 {
+		return 0, nil
+	}
+	if s.txDown {
+		if err := s.kick(); err != nil {
+			s.txDropped.Add(uint64(len(frames)))
+			return len(frames), nil
+		}
+		s.txDown = false
 	}
 	done := 0
 	var stall time.Time
@@ -440,13 +488,14 @@ func (s *Socket) Send(frames [][]byte, off int) (int, error) {
 			atomic.StoreUint32(s.tx.prod, tp) // release: descriptors and frames written
 			stall = time.Time{}
 		}
+		done += k
 		if err := s.kick(); err != nil {
-			// The device refused: what is queued is lost on the wire.
+			// The device is down: the k frames just queued stay in the
+			// ring (TxQueued); the rest were never queued.
+			s.txDown = true
 			s.txDropped.Add(uint64(len(frames) - done))
 			return len(frames), nil
 		}
-		s.txFrames.Add(uint64(k))
-		done += k
 		if k == 0 {
 			// Every chunk is still the kernel's: wait for completions.
 			if stall.IsZero() {
@@ -463,42 +512,91 @@ func (s *Socket) Send(frames [][]byte, off int) (int, error) {
 	return done, nil
 }
 
-// kick asks the kernel to send what the TX ring holds; in copy mode it
-// sends at most a batch per call (EAGAIN: more to do), so it kicks until
-// the ring is empty. The sendto cannot sleep (MSG_DONTWAIT; copy mode
-// transmits inside the call), so it is a raw system call, outside the Go
-// scheduler's view: entersyscall/exitsyscall were ~450 of the ~10 000
-// instructions of a send_lat turnaround (callgrind), and a P marked "in a
-// system call" draws sysmon's wake-ups (hca/link/udp's mmsgNow).
+// kick asks the kernel to send what the TX ring holds, and counts what it
+// took (account). In copy mode it sends at most a batch per call (EAGAIN:
+// more to do), so it kicks until the ring is empty. The sendto cannot
+// sleep (MSG_DONTWAIT; copy mode transmits inside the call), so it is a
+// raw system call, outside the Go scheduler's view: entersyscall/
+// exitsyscall were ~450 of the ~10 000 instructions of a send_lat
+// turnaround (callgrind), and a P marked "in a system call" draws sysmon's
+// wake-ups (hca/link/udp's mmsgNow).
+//
+// An error means the device is down or gone (ENETDOWN, ENXIO, ENOBUFS) or
+// an error of the kernel's: the system call that failed took nothing.
 func (s *Socket) kick() error {
+	refused, err := s.kicks()
+	s.account(refused)
+	if err == unix.ENXIO {
+		// The socket lost its device (unregistered): the kernel never
+		// reads the ring again, so what it holds is dropped.
+		s.txDropped.Add(uint64(s.queued()))
+		s.txAcct.Store(atomic.LoadUint32(s.tx.prod))
+	}
+	return err
+}
+
+// kicks is kick's system calls; it returns how many of them the device
+// refused a frame in (EBUSY).
+func (s *Socket) kicks() (refused int, err error) {
 	for try := 0; try < 1000; try++ {
 		s.txKicks.Add(1)
 		_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
-		case unix.EAGAIN, unix.EBUSY, unix.EINTR:
-			// More than a batch queued, or the device queue was busy:
-			// kick again once the kernel has made progress.
+		case unix.EBUSY:
+			// The device dropped the frame the kernel took last
+			// (__dev_direct_xmit's NET_XMIT_DROP: no carrier, or the
+			// device is not running); the kernel completes its chunk
+			// and stops. Kick again for the rest.
+			refused++
+		case unix.EAGAIN, unix.EINTR:
+			// More than a batch queued, or the device queue was busy
+			// (NETDEV_TX_BUSY: the kernel keeps the descriptor): kick
+			// again once the kernel has made progress.
 		case unix.ENOBUFS, unix.ENETDOWN, unix.ENXIO:
-			return e
+			return refused, e
 		default:
-			return fmt.Errorf("xsk: sendto: %w", e)
+			return refused, fmt.Errorf("xsk: sendto: %w", e)
 		}
 		if atomic.LoadUint32(s.tx.cons) == *s.tx.prod {
-			return nil
+			return refused, nil
 		}
 	}
-	return nil // still busy: the next kick sends the rest
+	return refused, nil // still busy: the next kick sends the rest
 }
 
-// TxDropped is Stats().TxDropped without the system call: for a caller
-// that counts what Send passed as sent or dropped.
-func (s *Socket) TxDropped() uint64 { return s.txDropped.Load() }
+// account counts the frames the kernel has taken from the TX ring since
+// the last call: refused of them (EBUSY) in txDropped, the rest in
+// txFrames. The kernel may publish its consumer index after it reports a
+// refusal, so a refusal counts as taken even before the index shows it.
+func (s *Socket) account(refused int) {
+	acct := s.txAcct.Load()
+	taken := int64(int32(atomic.LoadUint32(s.tx.cons) - acct))
+	if taken < int64(refused) {
+		taken = int64(refused)
+	}
+	s.txDropped.Add(uint64(refused))
+	s.txFrames.Add(uint64(taken) - uint64(refused))
+	s.txAcct.Store(acct + uint32(taken))
+}
+
+// queued is how many frames are in the TX ring and counted in neither
+// txFrames nor txDropped.
+func (s *Socket) queued() int {
+	return max(int(int32(atomic.LoadUint32(s.tx.prod)-s.txAcct.Load())), 0)
+}
+
+// TxFrames is Stats().TxFrames without the system call: for a caller that
+// counts what went out.
+func (s *Socket) TxFrames() uint64 { return s.txFrames.Load() }
 
 // Stats returns the counters, with the kernel's read at the call.
 func (s *Socket) Stats() Stats {
 	st := Stats{RxFrames: s.rxDelivered.Load(),
 		TxFrames: s.txFrames.Load(), TxKicks: s.txKicks.Load(), TxDropped: s.txDropped.Load()}
+	if s.tx.mem != nil {
+		st.TxQueued = uint64(s.queued())
+	}
 	if s.fd >= 0 {
 		var ks unix.XDPStatistics
 		l := uint32(unsafe.Sizeof(ks))

@@ -480,3 +480,191 @@ func TestBadOffset(t *testing.T) {
 		t.Fatalf("Recv = %d: the frame did not stay at the head of the ring", n)
 	}
 }
+
+// capture opens a packet socket on h's interface (index) that sees every
+// frame it receives.
+func capture(t *testing.T, h netcfg.Host, index int) int {
+	t.Helper()
+	var ps int
+	h.Do(t, func() error {
+		var err error
+		ps, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		if err := unix.SetsockoptTimeval(ps, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 20000}); err != nil {
+			unix.Close(ps)
+			return err
+		}
+		if err := unix.Bind(ps, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: index}); err != nil {
+			unix.Close(ps)
+			return err
+		}
+		return nil
+	})
+	t.Cleanup(func() { unix.Close(ps) })
+	return ps
+}
+
+// captured reads ps until last has arrived (and a little longer, for
+// anything behind it) or d has passed, and returns the indexes into sent
+// of the frames that arrived, in arrival order; other frames (the stack's
+// own) are skipped.
+func captured(t *testing.T, ps int, sent [][]byte, last []byte, d time.Duration) []int {
+	t.Helper()
+	var got []int
+	buf := make([]byte, 16384)
+	var quiet time.Time
+	for deadline := time.Now().Add(d); time.Now().Before(deadline) && (quiet.IsZero() || time.Now().Before(quiet)); {
+		n, _, err := unix.Recvfrom(ps, buf, 0)
+		if err != nil {
+			// ENETDOWN: the socket's report (once) that the interface
+			// went down while it was open.
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) || errors.Is(err, unix.ENETDOWN) {
+				continue
+			}
+			t.Fatalf("capture: %v", err)
+		}
+		for i, f := range sent {
+			if bytes.Equal(buf[:n], f) {
+				got = append(got, i)
+				if bytes.Equal(f, last) && quiet.IsZero() {
+					quiet = time.Now().Add(100 * time.Millisecond)
+				}
+				break
+			}
+		}
+	}
+	return got
+}
+
+// TestSendWhileDown: frames Send counts in TxDropped never reach the
+// wire, and every frame it counts in TxFrames (or TxQueued, until the
+// device is back) does (a veth loses none), when the device goes down
+// under Send. A kick on a device that is down (ENETDOWN) leaves the
+// descriptors already in the TX ring there, and the kernel sends them
+// once it is up again: Send counted them dropped, and TxFrames never
+// counted them. A device without carrier (the veth's peer is down) takes
+// the descriptors and drops each frame (EBUSY): Send counted them sent.
+func TestSendWhileDown(t *testing.T) {
+	t.Run("own side down", func(t *testing.T) {
+		h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+		a := open(t, h.A, Config{RxFrames: 64, TxFrames: 64})
+		var bIndex int
+		h.B.Do(t, func() error {
+			ifc, err := net.InterfaceByName(h.B.Ifname)
+			bIndex = ifc.Index
+			return err
+		})
+		ps := capture(t, h.B, bIndex)
+		var sent [][]byte
+		batch := func(n int) [][]byte {
+			b := make([][]byte, n)
+			for i := range b {
+				b[i] = frame(h.A.MAC, h.B.MAC, etherTypeIPv4, h.A.Addr, h.B.Addr, roceV2Port, 64, byte(len(sent)))
+				sent = append(sent, b[i])
+			}
+			return b
+		}
+		send := func(b [][]byte) {
+			t.Helper()
+			if n, err := a.s.Send(b, 0); n != len(b) || err != nil {
+				t.Fatalf("Send of %d frames = %d, %v", len(b), n, err)
+			}
+		}
+		setDown := func(down bool) {
+			t.Helper()
+			f := netcfg.SetUp
+			if down {
+				f = netcfg.SetDown
+			}
+			if err := f(h.A.NS, h.A.Ifname); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Down, then more frames than the TX ring holds (64): the ring's
+		// 64 stay queued and go out once the device is up again, the
+		// other 16 and the next batch are dropped.
+		setDown(true)
+		send(batch(80))
+		send(batch(10))
+		if st := a.s.Stats(); st.TxFrames != 0 || st.TxDropped != 26 || st.TxQueued != 64 {
+			t.Errorf("while down: TxFrames %d, TxDropped %d, TxQueued %d; want 0, 26, 64", st.TxFrames, st.TxDropped, st.TxQueued)
+		}
+		setDown(false)
+		last := batch(1)
+		send(last)
+		got := captured(t, ps, sent, last[0], 2*time.Second)
+		want := make([]int, 0, 66)
+		for i := range 64 {
+			want = append(want, i)
+		}
+		want = append(want, 90)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("arrived: %v\nwant:    %v", got, want)
+		}
+		// Down again with chunks free: the first Send queues its frames
+		// (the kick finds the device down only after they are in the
+		// ring), the next ones are dropped without being queued.
+		setDown(true)
+		send(batch(30))
+		send(batch(20))
+		if st := a.s.Stats(); st.TxFrames != 65 || st.TxDropped != 46 || st.TxQueued != 30 {
+			t.Errorf("down again: TxFrames %d, TxDropped %d, TxQueued %d; want 65, 46, 30", st.TxFrames, st.TxDropped, st.TxQueued)
+		}
+		setDown(false)
+		last = batch(1)
+		send(last)
+		got = captured(t, ps, sent, last[0], 2*time.Second)
+		want = want[:0]
+		for i := 91; i < 121; i++ {
+			want = append(want, i)
+		}
+		want = append(want, 141)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("arrived: %v\nwant:    %v", got, want)
+		}
+		st := a.s.Stats()
+		if st.TxFrames != 96 || st.TxDropped != 46 || st.TxQueued != 0 || st.TxFrames+st.TxDropped != uint64(len(sent)) {
+			t.Errorf("TxFrames %d, TxDropped %d, TxQueued %d; want 96, 46, 0 for the %d frames sent", st.TxFrames, st.TxDropped, st.TxQueued, len(sent))
+		}
+	})
+	t.Run("peer down", func(t *testing.T) {
+		h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+		a := open(t, h.A, Config{RxFrames: 64, TxFrames: 64})
+		var bIndex int
+		h.B.Do(t, func() error {
+			ifc, err := net.InterfaceByName(h.B.Ifname)
+			bIndex = ifc.Index
+			return err
+		})
+		ps := capture(t, h.B, bIndex)
+		var sent [][]byte
+		for i := range 11 {
+			sent = append(sent, frame(h.A.MAC, h.B.MAC, etherTypeIPv4, h.A.Addr, h.B.Addr, roceV2Port, 64, byte(i)))
+		}
+		if err := netcfg.SetDown(h.B.NS, h.B.Ifname); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := a.s.Send(sent[:10], 0); n != 10 || err != nil {
+			t.Fatalf("Send = %d, %v", n, err)
+		}
+		down := a.s.Stats()
+		if err := netcfg.SetUp(h.B.NS, h.B.Ifname); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := a.s.Send(sent[10:], 0); n != 1 || err != nil {
+			t.Fatalf("Send = %d, %v", n, err)
+		}
+		got := captured(t, ps, sent, sent[10], 2*time.Second)
+		if fmt.Sprint(got) != "[10]" {
+			t.Errorf("arrived: %v, want only the frame sent after the peer came up: [10]", got)
+		}
+		if down.TxFrames != 0 || down.TxDropped != 10 || down.TxQueued != 0 {
+			t.Errorf("peer down: TxFrames %d, TxDropped %d, TxQueued %d; want 0, 10, 0", down.TxFrames, down.TxDropped, down.TxQueued)
+		}
+		if st := a.s.Stats(); st.TxFrames != 1 || st.TxDropped != 10 || st.TxQueued != 0 {
+			t.Errorf("TxFrames %d, TxDropped %d, TxQueued %d; want 1, 10, 0", st.TxFrames, st.TxDropped, st.TxQueued)
+		}
+	})
+}
