@@ -172,6 +172,11 @@
 //     per batch; in copy mode the kernel builds the skb and hands it to
 //     the driver in the system call (dev_direct_xmit: no qdisc, no egress
 //     hook). No GSO (each frame is its own skb) and no PACKET_TX_RING.
+//     A Write on an interface that is down leaves its frames in the
+//     AF_XDP TX ring, which cannot be taken back: Stats.XDPTxQueued,
+//     neither sent nor dropped, until the interface is up and the next
+//     Write sends them first; Writes while it stays down count their
+//     frames in TxDropped, and those never go out (hca/link/xsk, Send).
 //   - The interface MTU must leave every frame within a chunk
 //     (MaxXDPMTU, 3822 bytes): a larger one is refused at Open, since
 //     frames over a chunk could only go by the packet socket and would
