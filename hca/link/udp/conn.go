@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/hca/link"
 )
 
 // Connected sockets (IPv4).
@@ -151,6 +153,13 @@ func (t *txState) revive(c *conn) bool {
 // reprobe learns connected socket c's ID counter again (probeIPID), in the
 // endpoint's network namespace, where the probe's sink must be.
 func (e *Endpoint) reprobe(c *conn) (next uint16, perSeg bool, err error) {
+	// Under qmu, as newConn: Close closes e.netns and the sockets under
+	// it, and a Write racing Close must not read the file it closes.
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	if e.closed.Load() {
+		return 0, false, link.ErrClosed
+	}
 	unlock, err := lockNetNS(e.netns)
 	if err != nil {
 		return 0, false, err
