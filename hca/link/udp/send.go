@@ -629,8 +629,8 @@ func (t *txState) send(fd uintptr) bool {
 		}
 		if errno == 0 {
 			n, errno = mmsgNow(unix.SYS_SENDMMSG, fd, t.msgs[t.next:t.nmsg])
+			t.e.st.txCalls.Add(1) // an injected fault made no call
 		}
-		t.e.st.txCalls.Add(1)
 		switch errno {
 		case 0:
 			t.next += n

@@ -93,7 +93,7 @@ type Config struct {
 // Stats are the endpoint's counters.
 type Stats struct {
 	TxFrames           uint64 // frames handed to the kernel
-	TxCalls            uint64 // sendmmsg system calls that sent them
+	TxCalls            uint64 // sendmmsg system calls made, those that failed or found the socket buffer full (EAGAIN) included
 	TxGSOBatches       uint64 // UDP GSO super-datagrams sent
 	TxGSOSegments      uint64 // frames sent inside them
 	TxICRCPatched      uint64 // of TxFrames, those sent with an ICRC adjusted for the kernel's IP ID (GSO segments, connected sockets)
