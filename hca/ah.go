@@ -54,9 +54,19 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	if err := pd.ref(); err != nil { // ErrClosed, ErrDestroyed
 		return nil, err
 	}
+	if h := registerHook; h != nil {
+		h()
+	}
 	ah := &AH{pd: pd, attr: attr, addr: a}
 	if err := d.ahs.add(ah, d.attr.MaxAH); err != nil {
 		pd.unref()
+		return nil, err
+	}
+	if err := d.open(); err != nil {
+		// Close raced the add (RegMR says how): undo it.
+		if d.ahs.remove(ah) {
+			pd.unref()
+		}
 		return nil, err
 	}
 	if a.Kind == wire.KindRoCEv2IPv4 || a.Kind == wire.KindRoCEv2IPv6 {

@@ -131,13 +131,30 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if err := pd.ref(); err != nil {
 		return nil, err
 	}
+	if h := registerHook; h != nil {
+		h()
+	}
 	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
 	if err := pd.dev.mrs.add(mr, pd.dev.attr.MaxMR); err != nil {
 		pd.unref()
 		return nil, err
 	}
+	if err := pd.dev.open(); err != nil {
+		// Close ran between the check above and the add, and its clear of
+		// the table may have come before the add: take the MR out again,
+		// or it would stay registered on the closed device.
+		if pd.dev.mrs.remove(mr) {
+			pd.unref()
+		}
+		return nil, err
+	}
 	return mr, nil
 }
+
+// registerHook, when set (tests only: export_test.go), runs in RegMR and
+// CreateAH between their checks and the table add: the window where a
+// Device.Close can slip in.
+var registerHook func()
 
 // LKey returns the local key.
 func (mr *MR) LKey() bth.LKey { return mr.lkey }
