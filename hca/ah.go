@@ -62,13 +62,6 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 		pd.unref()
 		return nil, err
 	}
-	if err := d.open(); err != nil {
-		// Close raced the add (RegMR says how): undo it.
-		if d.ahs.remove(ah) {
-			pd.unref()
-		}
-		return nil, err
-	}
 	if a.Kind == wire.KindRoCEv2IPv4 || a.Kind == wire.KindRoCEv2IPv6 {
 		d.prepare(a.DstIP)
 	}

@@ -71,6 +71,9 @@ type slotTable[T any] struct {
 	// them names nothing. A counter shared by all indices would give the
 	// old value back whenever 255 adds at other indices came in between.
 	gens []uint8
+	// closed: clear has run (Device.Close); add refuses, so that an add
+	// racing Close cannot leave an object in the table after it.
+	closed bool
 }
 
 // add gives v an index and a generation for it, calls init(index, gen)
@@ -80,6 +83,9 @@ type slotTable[T any] struct {
 func (t *slotTable[T]) add(v *T, limit int, what string, init func(idx uint32, gen uint8)) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
 	if t.n >= limit {
 		return fmt.Errorf("%w: %s %d", ErrLimit, what, limit)
 	}
@@ -117,11 +123,12 @@ func (t *slotTable[T]) remove(v *T, idx uint32) bool {
 	return true
 }
 
-// clear removes every object (Device.Close): later removes of them fail
-// and lookups find nothing.
+// clear removes every object and closes the table (Device.Close): later
+// removes of them fail, lookups find nothing and adds return ErrClosed.
 func (t *slotTable[T]) clear() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.closed = true
 	for idx := uint32(1); idx <= t.top; idx++ {
 		if t.ids.get(idx) != nil {
 			t.ids.set(idx, nil)
