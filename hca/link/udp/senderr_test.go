@@ -24,6 +24,19 @@ func isGSO(m *unix.Mmsghdr) bool {
 	return h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_SEGMENT
 }
 
+// gsoPair is an unconnected pair in a new namespace, closed at the end of
+// the test; it skips where the kernel has no UDP_SEGMENT.
+func gsoPair(t *testing.T) (a, b *Endpoint) {
+	t.Helper()
+	a, b = openPair(t, newNetNS(t), "127.0.0.1", "127.0.0.2", func(c *Config) { c.NoConnect = true })
+	t.Cleanup(func() { b.Close() })
+	t.Cleanup(func() { a.Close() })
+	if !a.GSO() {
+		t.Skip("kernel has no UDP_SEGMENT")
+	}
+	return a, b
+}
+
 // TestICRCPatchedCountsSent: TxICRCPatched counts frames that went out
 // with a corrected ICRC, not frames whose correction was built for a send
 // the kernel then refused, nor twice the frames of a refused GSO run that
@@ -31,13 +44,7 @@ func isGSO(m *unix.Mmsghdr) bool {
 // uncorrected).
 func TestICRCPatchedCountsSent(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
-		ns := newNetNS(t)
-		a, b := openPair(t, ns, "127.0.0.1", "127.0.0.2", func(c *Config) { c.NoConnect = true })
-		defer a.Close()
-		defer b.Close()
-		if !a.GSO() {
-			t.Skip("kernel has no UDP_SEGMENT")
-		}
+		a, b := gsoPair(t)
 		refuse := true
 		a.sendFault = func(uintptr, []unix.Mmsghdr) unix.Errno {
 			if refuse {
@@ -66,13 +73,7 @@ func TestICRCPatchedCountsSent(t *testing.T) {
 		}
 	})
 	t.Run("gso-refused-resent", func(t *testing.T) {
-		ns := newNetNS(t)
-		a, b := openPair(t, ns, "127.0.0.1", "127.0.0.2", func(c *Config) { c.NoConnect = true })
-		defer a.Close()
-		defer b.Close()
-		if !a.GSO() {
-			t.Skip("kernel has no UDP_SEGMENT")
-		}
+		a, b := gsoPair(t)
 		refused := 0
 		a.sendFault = func(_ uintptr, msgs []unix.Mmsghdr) unix.Errno {
 			if isGSO(&msgs[0]) {

@@ -538,6 +538,21 @@ func captured(t *testing.T, ps int, sent [][]byte, last []byte, d time.Duration)
 	return got
 }
 
+// downPair is TestSendWhileDown's veth pair: a socket with a 64-frame TX
+// ring on A, and a capture on B.
+func downPair(t *testing.T) (*netcfg.Hosts, end, int) {
+	t.Helper()
+	h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
+	a := open(t, h.A, Config{RxFrames: 64, TxFrames: 64})
+	var bIndex int
+	h.B.Do(t, func() error {
+		ifc, err := net.InterfaceByName(h.B.Ifname)
+		bIndex = ifc.Index
+		return err
+	})
+	return h, a, capture(t, h.B, bIndex)
+}
+
 // TestSendWhileDown: frames Send counts in TxDropped never reach the
 // wire, and every frame it counts in TxFrames (or TxQueued, until the
 // device is back) does (a veth loses none), when the device goes down
@@ -548,15 +563,7 @@ func captured(t *testing.T, ps int, sent [][]byte, last []byte, d time.Duration)
 // the descriptors and drops each frame (EBUSY): Send counted them sent.
 func TestSendWhileDown(t *testing.T) {
 	t.Run("own side down", func(t *testing.T) {
-		h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-		a := open(t, h.A, Config{RxFrames: 64, TxFrames: 64})
-		var bIndex int
-		h.B.Do(t, func() error {
-			ifc, err := net.InterfaceByName(h.B.Ifname)
-			bIndex = ifc.Index
-			return err
-		})
-		ps := capture(t, h.B, bIndex)
+		h, a, ps := downPair(t)
 		var sent [][]byte
 		batch := func(n int) [][]byte {
 			b := make([][]byte, n)
@@ -630,15 +637,7 @@ func TestSendWhileDown(t *testing.T) {
 		}
 	})
 	t.Run("peer down", func(t *testing.T) {
-		h := netcfg.TwoHosts(t, netcfg.TwoHostsOptions{})
-		a := open(t, h.A, Config{RxFrames: 64, TxFrames: 64})
-		var bIndex int
-		h.B.Do(t, func() error {
-			ifc, err := net.InterfaceByName(h.B.Ifname)
-			bIndex = ifc.Index
-			return err
-		})
-		ps := capture(t, h.B, bIndex)
+		h, a, ps := downPair(t)
 		var sent [][]byte
 		for i := range 11 {
 			sent = append(sent, frame(h.A.MAC, h.B.MAC, etherTypeIPv4, h.A.Addr, h.B.Addr, roceV2Port, 64, byte(i)))
